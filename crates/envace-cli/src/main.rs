@@ -1,0 +1,152 @@
+//! The `envace` command line: experiment configs and the run store, from a terminal.
+
+mod commands;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// EnvACE Studio from the command line: validate experiment configs, inspect and export runs.
+#[derive(Debug, Parser)]
+#[command(name = "envace", version, propagate_version = true)]
+struct Cli {
+    /// Run store file [default: $ENVACE_HOME/runs.sqlite, else the platform data directory].
+    #[arg(long, global = true, value_name = "FILE")]
+    store: Option<PathBuf>,
+
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Experiment configs: validate, print the schema, start from a preset.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Runs in the store: list, show, export.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Check config files; every error is listed with its TOML path and line:column.
+    Validate {
+        /// Config files to check.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Print the JSON Schema of the config (what the studio's form editor reads).
+    Schema {
+        /// Write to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a preset config to start from.
+    Init {
+        /// Preset name (see `envace config presets`).
+        #[arg(long, default_value = "quickstart")]
+        preset: String,
+        /// Write to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the presets.
+    Presets,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunsCommand {
+    /// List the runs, newest first.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: status, latest metrics, evaluations, checkpoints.
+    Show {
+        /// Run id, or name (the newest run with that name).
+        run: String,
+        /// Also print the run's config.
+        #[arg(long)]
+        config: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export one table of a run as CSV or JSON Lines.
+    Export {
+        /// Run id, or name (the newest run with that name).
+        run: String,
+        /// File format.
+        #[arg(long, value_enum)]
+        format: FormatArg,
+        /// Which rows to export.
+        #[arg(long, value_enum, default_value = "metrics")]
+        table: TableArg,
+        /// Write to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Export file format.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    /// Comma-separated values with a header row.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Table to export.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TableArg {
+    /// step, key, value, wall_time.
+    Metrics,
+    /// wall_time, level, step, message, fields.
+    Events,
+    /// step, benchmark, category, metric, value, n_tasks, wall_time.
+    Evals,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    match commands::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

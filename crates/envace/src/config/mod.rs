@@ -1,0 +1,907 @@
+//! The experiment config: one TOML file describes a whole experiment.
+//!
+//! The Rust types below are the single source of truth. The JSON Schema that the studio's form
+//! editor reads is generated from them ([`json_schema`]), and [`parse`] validates a file against
+//! that same schema before the cross-field rules run, so every error names the TOML path and
+//! its line:column, and all of them are reported at once. Defaults follow the reference run of
+//! the EnvACE paper (Qwen3-8B, lr 1e-6, 16 prompts × group 4, KL k3 at 1e-4, up to 30 turns)
+//! wherever that makes sense; the model defaults to a tiny one so a config runs anywhere.
+//!
+//! Secrets never live in the file: endpoints name the environment variable that holds the key
+//! (`api_key_env`), and a literal `api_key` is rejected.
+
+mod presets;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use presets::{PRESETS, Preset, preset, preset_names};
+pub use validate::{ConfigErrors, ConfigIssue, json_schema, json_schema_value, parse, parse_file};
+
+/// A whole experiment: what to train, on what, how, and how to evaluate it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "EnvACE experiment")]
+pub struct ExperimentConfig {
+    /// The run's name, seed and checkpointing.
+    pub run: RunConfig,
+    /// Which policy model to train: a tiny one from scratch, a Hugging Face folder or a GGUF file.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Where the model runs.
+    #[serde(default)]
+    pub backend: BackendConfig,
+    /// The environments, the tasks and how tool calls are answered.
+    #[serde(default)]
+    pub env: EnvConfig,
+    /// Who decides whether a task was solved.
+    #[serde(default)]
+    pub judge: JudgeConfig,
+    /// Supervised warm start on oracle trajectories, before RL.
+    #[serde(default)]
+    pub sft: SftConfig,
+    /// Role-wise GRPO.
+    #[serde(default)]
+    pub rl: RlConfig,
+    /// Test-time private rehearsal before each committed action.
+    #[serde(default)]
+    pub rehearsal: RehearsalConfig,
+    /// Benchmarks run during and after training.
+    #[serde(default)]
+    pub eval: EvalConfig,
+}
+
+/// `[run]`: identity and bookkeeping of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Name shown in the run list; letters, digits, `.`, `_` and `-`, up to 64 characters.
+    #[schemars(pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
+    pub name: String,
+    /// Free-text note about what this experiment tests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Seed for every random choice: task sampling, initialisation, sampling, mixing.
+    #[serde(default)]
+    pub seed: u64,
+    /// Save a checkpoint every this many optimizer steps (and always when a run stops).
+    #[serde(default = "defaults::checkpoint_interval_steps")]
+    #[schemars(range(min = 1))]
+    pub checkpoint_interval_steps: u32,
+}
+
+/// Where the policy's weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSource {
+    /// A small model built from `[model.tiny]` and trained from scratch, with its own BPE tokenizer.
+    #[default]
+    Tiny,
+    /// A Hugging Face folder: config.json, *.safetensors, tokenizer.json, tokenizer_config.json.
+    Hf,
+    /// A single GGUF file.
+    Gguf,
+}
+
+/// How GGUF weights are held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GgufWeights {
+    /// Dequantised to the backend dtype: trainable.
+    #[default]
+    Dequantize,
+    /// Kept quantised: fast and small, inference only.
+    Quantized,
+}
+
+/// Model architecture family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Architecture {
+    /// Qwen3: q/k norm, GQA, RoPE, RMSNorm, SwiGLU.
+    #[default]
+    Qwen3,
+    /// Llama (covers SmolLM2).
+    Llama,
+}
+
+/// `[model]`: the policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Where the weights come from.
+    #[serde(default)]
+    pub source: ModelSource,
+    /// The Hugging Face folder (`hf`) or GGUF file (`gguf`); relative paths resolve against the
+    /// config file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// For `gguf`: dequantise for training or keep quantised for inference only.
+    #[serde(default)]
+    pub gguf_weights: GgufWeights,
+    /// Architecture and sizes of a `tiny` model.
+    #[serde(default)]
+    pub tiny: TinyModelConfig,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            source: ModelSource::Tiny,
+            path: None,
+            gguf_weights: GgufWeights::Dequantize,
+            tiny: TinyModelConfig::default(),
+        }
+    }
+}
+
+/// `[model.tiny]`: a small model trained from scratch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TinyModelConfig {
+    /// Architecture family.
+    #[serde(default)]
+    pub architecture: Architecture,
+    /// Width of the residual stream.
+    #[serde(default = "defaults::hidden_size")]
+    #[schemars(range(min = 8, max = 8192))]
+    pub hidden_size: u32,
+    /// Number of transformer blocks.
+    #[serde(default = "defaults::n_layers")]
+    #[schemars(range(min = 1, max = 128))]
+    pub n_layers: u32,
+    /// Attention heads; must divide `hidden_size`.
+    #[serde(default = "defaults::n_heads")]
+    #[schemars(range(min = 1, max = 128))]
+    pub n_heads: u32,
+    /// Key/value heads (grouped-query attention); must divide `n_heads`.
+    #[serde(default = "defaults::n_kv_heads")]
+    #[schemars(range(min = 1, max = 128))]
+    pub n_kv_heads: u32,
+    /// Width of the SwiGLU feed-forward layer.
+    #[serde(default = "defaults::intermediate_size")]
+    #[schemars(range(min = 8, max = 65536))]
+    pub intermediate_size: u32,
+    /// Tokenizer vocabulary size; the BPE tokenizer is trained on the task corpus to this size.
+    #[serde(default = "defaults::vocab_size")]
+    #[schemars(range(min = 300, max = 262144))]
+    pub vocab_size: u32,
+    /// Longest sequence (prompt + response) the model handles, in tokens.
+    #[serde(default = "defaults::max_position_embeddings")]
+    #[schemars(range(min = 64, max = 1048576))]
+    pub max_position_embeddings: u32,
+    /// RoPE base frequency.
+    #[serde(default = "defaults::rope_theta")]
+    #[schemars(range(min = 1.0))]
+    pub rope_theta: f64,
+    /// Share the input embedding with the output head.
+    #[serde(default = "defaults::yes")]
+    pub tie_embeddings: bool,
+}
+
+impl Default for TinyModelConfig {
+    fn default() -> Self {
+        TinyModelConfig {
+            architecture: Architecture::Qwen3,
+            hidden_size: defaults::hidden_size(),
+            n_layers: defaults::n_layers(),
+            n_heads: defaults::n_heads(),
+            n_kv_heads: defaults::n_kv_heads(),
+            intermediate_size: defaults::intermediate_size(),
+            vocab_size: defaults::vocab_size(),
+            max_position_embeddings: defaults::max_position_embeddings(),
+            rope_theta: defaults::rope_theta(),
+            tie_embeddings: true,
+        }
+    }
+}
+
+/// Compute device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    /// CUDA when compiled in and present, else CPU.
+    #[default]
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// An NVIDIA GPU (needs a build with the `cuda` feature).
+    Cuda,
+    /// wgpu compute (Vulkan, Metal, DX12): rehearsal inference only; training stays on the CPU.
+    Wgpu,
+}
+
+/// Floating-point type of weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    /// 32-bit float.
+    #[default]
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// IEEE half precision.
+    F16,
+}
+
+/// `[backend]`: where the model runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Compute device.
+    #[serde(default)]
+    pub device: Device,
+    /// Weights and activations dtype.
+    #[serde(default)]
+    pub dtype: Dtype,
+    /// Which CUDA device to use when there are several.
+    #[serde(default)]
+    pub cuda_device_index: u32,
+    /// CPU threads for the model; 0 uses every core.
+    #[serde(default)]
+    #[schemars(range(max = 1024))]
+    pub n_threads: u32,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig {
+            device: Device::Auto,
+            dtype: Dtype::F32,
+            cuda_device_index: 0,
+            n_threads: 0,
+        }
+    }
+}
+
+/// A built-in environment domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Domain {
+    /// τ²-bench retail: orders, exchanges, returns, user look-ups.
+    Retail,
+    /// τ²-bench airline: reservations, flights, baggage, cancellations.
+    Airline,
+    /// Stateless BFCL-style functions: single, multiple and parallel calls.
+    Functions,
+}
+
+/// Where training tasks come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSource {
+    /// Procedurally generated tasks with rule-judged checklists, seeded and reproducible.
+    #[default]
+    Generated,
+    /// The τ²-bench task files in `data_dir`.
+    Tau2,
+}
+
+/// A split of the task set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskSplit {
+    /// Training tasks.
+    #[default]
+    Train,
+    /// Validation tasks (disjoint from train and test).
+    Validation,
+    /// Held-out test tasks.
+    Test,
+}
+
+/// How a tool call made during training gets its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolResponseMode {
+    /// The real environment executes every call.
+    Real,
+    /// World rehearsal: the policy itself plays the environment.
+    #[default]
+    Rehearse,
+    /// An external simulator behind an OpenAI-compatible endpoint (`[env.external]`).
+    External,
+    /// Rehearse with probability `mix_ratio`, else the real environment.
+    Mixed,
+}
+
+/// `[env]`: environments, tasks and tool responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Domains tasks are drawn from.
+    #[serde(default = "defaults::domains")]
+    #[schemars(length(min = 1), extend("uniqueItems" = true))]
+    pub domains: Vec<Domain>,
+    /// Generated tasks or the τ²-bench task files.
+    #[serde(default)]
+    pub task_source: TaskSource,
+    /// Folder with the τ²-bench domain data (`retail/`, `airline/`, each with db.json,
+    /// tasks.json, policy.md, split_tasks.json); relative paths resolve against the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Split the training rollouts draw from.
+    #[serde(default)]
+    pub task_split: TaskSplit,
+    /// Difficulty of generated tasks, from one-call look-ups (1) to multi-step writes with checks (5).
+    #[serde(default = "defaults::difficulty")]
+    #[schemars(range(min = 1, max = 5))]
+    pub difficulty: u32,
+    /// Most assistant turns in one episode.
+    #[serde(default = "defaults::max_turns")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_turns: u32,
+    /// Most tool calls the policy may make in one turn.
+    #[serde(default = "defaults::max_parallel_calls")]
+    #[schemars(range(min = 1, max = 64))]
+    pub max_parallel_calls: u32,
+    /// How tool calls are answered during training.
+    #[serde(default)]
+    pub tool_response_mode: ToolResponseMode,
+    /// In `mixed` mode, the probability that a call is rehearsed rather than executed.
+    #[serde(default = "defaults::mix_ratio")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub mix_ratio: f64,
+    /// Real responses of the same tool shown to the rehearse role as examples.
+    #[serde(default = "defaults::n_few_shot")]
+    #[schemars(range(max = 16))]
+    pub n_few_shot: u32,
+    /// The external simulator, required when `tool_response_mode = "external"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<EndpointConfig>,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            domains: defaults::domains(),
+            task_source: TaskSource::Generated,
+            data_dir: None,
+            task_split: TaskSplit::Train,
+            difficulty: defaults::difficulty(),
+            max_turns: defaults::max_turns(),
+            max_parallel_calls: defaults::max_parallel_calls(),
+            tool_response_mode: ToolResponseMode::Rehearse,
+            mix_ratio: defaults::mix_ratio(),
+            n_few_shot: defaults::n_few_shot(),
+            external: None,
+        }
+    }
+}
+
+/// An OpenAI-compatible chat-completions endpoint (vLLM, SGLang, Ollama, llama.cpp server, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// Base URL, e.g. `http://127.0.0.1:8000/v1`.
+    #[schemars(pattern(r"^https?://[^\s/]+"))]
+    pub url: String,
+    /// Model name sent in each request.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// Name of the environment variable holding the API key (the key itself never goes in the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub api_key_env: Option<String>,
+    /// Seconds to wait for one response.
+    #[serde(default = "defaults::timeout_secs")]
+    #[schemars(range(min = 0.1, max = 3600.0))]
+    pub timeout_secs: f64,
+    /// Retries after a failed call, with exponential backoff.
+    #[serde(default = "defaults::max_retries")]
+    #[schemars(range(max = 20))]
+    pub max_retries: u32,
+    /// Most requests in flight at once.
+    #[serde(default = "defaults::max_concurrency")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub max_concurrency: u32,
+}
+
+/// Which judge scores checklists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeKind {
+    /// Rules: required calls and arguments, facts communicated, final state.
+    #[default]
+    Rule,
+    /// An LLM behind an OpenAI-compatible endpoint, returning a strict JSON verdict.
+    Llm,
+}
+
+/// `[judge]`: who decides each checklist standard.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeConfig {
+    /// Rule judge or LLM judge.
+    #[serde(default)]
+    pub kind: JudgeKind,
+    /// The LLM judge's endpoint, required when `kind = "llm"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointConfig>,
+}
+
+/// `[sft]`: supervised warm start on oracle trajectories.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    /// Run the warm start before RL.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Optimizer steps.
+    #[serde(default = "defaults::sft_n_steps")]
+    #[schemars(range(min = 1))]
+    pub n_steps: u32,
+    /// Oracle trajectories to generate for training.
+    #[serde(default = "defaults::sft_n_tasks")]
+    #[schemars(range(min = 1))]
+    pub n_tasks: u32,
+    /// Peak learning rate.
+    #[serde(default = "defaults::sft_lr")]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0.0))]
+    pub lr: f64,
+    /// Sequences per optimizer step.
+    #[serde(default = "defaults::sft_batch_size")]
+    #[schemars(range(min = 1))]
+    pub batch_size: u32,
+    /// Sequences per forward/backward pass; must divide `batch_size`.
+    #[serde(default = "defaults::sft_micro_batch_size")]
+    #[schemars(range(min = 1))]
+    pub micro_batch_size: u32,
+    /// Which roles learn: `act` learns the oracle's turns, `rehearse` learns to reproduce real
+    /// tool responses.
+    #[serde(default = "defaults::both_roles")]
+    #[schemars(length(min = 1), extend("uniqueItems" = true))]
+    pub roles: Vec<Role>,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        SftConfig {
+            enabled: false,
+            n_steps: defaults::sft_n_steps(),
+            n_tasks: defaults::sft_n_tasks(),
+            lr: defaults::sft_lr(),
+            batch_size: defaults::sft_batch_size(),
+            micro_batch_size: defaults::sft_micro_batch_size(),
+            roles: defaults::both_roles(),
+        }
+    }
+}
+
+/// One of the policy's two roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Emits assistant turns and tool calls.
+    Act,
+    /// Plays the environment: predicts each tool's response.
+    Rehearse,
+}
+
+/// How GRPO advantages are baselined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AdvantageBaseline {
+    /// Mean over the same prompt and role (EnvACE).
+    #[default]
+    RoleWise,
+    /// Mean over the same prompt, both roles pooled (plain GRPO).
+    Pooled,
+}
+
+/// KL estimator against the frozen reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KlType {
+    /// k1: log-ratio.
+    K1,
+    /// k2: half squared log-ratio.
+    K2,
+    /// k3: low-variance `exp(-x) - 1 + x` (the reference run).
+    #[default]
+    K3,
+    /// No KL term.
+    None,
+}
+
+/// Learning-rate schedule after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LrSchedule {
+    /// Constant after warm-up (the reference run).
+    #[default]
+    Constant,
+    /// Cosine decay to `lr × min_lr_ratio`.
+    Cosine,
+}
+
+/// `[rl]`: role-wise GRPO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RlConfig {
+    /// Optimizer steps; 0 skips RL.
+    #[serde(default = "defaults::rl_n_steps")]
+    pub n_steps: u32,
+    /// Prompts per optimizer step.
+    #[serde(default = "defaults::rl_batch_size")]
+    #[schemars(range(min = 1))]
+    pub batch_size: u32,
+    /// Rollouts per prompt.
+    #[serde(default = "defaults::group_size")]
+    #[schemars(range(min = 2, max = 256))]
+    pub group_size: u32,
+    /// Trajectories per forward/backward pass; must divide `batch_size × group_size`.
+    #[serde(default = "defaults::rl_micro_batch_size")]
+    #[schemars(range(min = 1))]
+    pub micro_batch_size: u32,
+    /// Advantage baseline: per (prompt, role), or per prompt.
+    #[serde(default)]
+    pub advantage_baseline: AdvantageBaseline,
+    /// Divide advantages by the group's standard deviation (the reference run does not: Dr.GRPO).
+    #[serde(default)]
+    pub divide_by_std: bool,
+    /// PPO clip below 1: ratios under `1 - clip_ratio_low` are clipped.
+    #[serde(default = "defaults::clip_ratio")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub clip_ratio_low: f64,
+    /// PPO clip above 1: ratios over `1 + clip_ratio_high` are clipped.
+    #[serde(default = "defaults::clip_ratio")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub clip_ratio_high: f64,
+    /// KL estimator against the frozen reference.
+    #[serde(default)]
+    pub kl_type: KlType,
+    /// KL coefficient.
+    #[serde(default = "defaults::kl_coef")]
+    #[schemars(range(min = 0.0, max = 10.0))]
+    pub kl_coef: f64,
+    /// Entropy bonus coefficient.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub entropy_coef: f64,
+    /// Peak learning rate.
+    #[serde(default = "defaults::rl_lr")]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0.0))]
+    pub lr: f64,
+    /// Schedule after warm-up.
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// Linear warm-up steps; at most `n_steps`.
+    #[serde(default)]
+    pub warmup_steps: u32,
+    /// With `cosine`, the final learning rate as a fraction of `lr`.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_lr_ratio: f64,
+    /// AdamW weight decay.
+    #[serde(default = "defaults::weight_decay")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this value.
+    #[serde(default = "defaults::grad_clip")]
+    #[schemars(range(max = 1e6), extend("exclusiveMinimum" = 0.0))]
+    pub grad_clip: f64,
+    /// Sampling temperature for rollouts.
+    #[serde(default = "defaults::temperature")]
+    #[schemars(range(max = 5.0), extend("exclusiveMinimum" = 0.0))]
+    pub temperature: f64,
+    /// Nucleus sampling threshold for rollouts.
+    #[serde(default = "defaults::top_p")]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0.0))]
+    pub top_p: f64,
+    /// Longest prompt, in tokens (left-truncated beyond).
+    #[serde(default = "defaults::max_prompt_tokens")]
+    #[schemars(range(min = 16))]
+    pub max_prompt_tokens: u32,
+    /// Longest response, in tokens, over a whole trajectory.
+    #[serde(default = "defaults::max_response_tokens")]
+    #[schemars(range(min = 16))]
+    pub max_response_tokens: u32,
+    /// Roles whose tokens are not trained (e.g. `["act"]` for the caller-frozen variant).
+    #[serde(default)]
+    #[schemars(extend("uniqueItems" = true))]
+    pub frozen_roles: Vec<Role>,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        RlConfig {
+            n_steps: defaults::rl_n_steps(),
+            batch_size: defaults::rl_batch_size(),
+            group_size: defaults::group_size(),
+            micro_batch_size: defaults::rl_micro_batch_size(),
+            advantage_baseline: AdvantageBaseline::RoleWise,
+            divide_by_std: false,
+            clip_ratio_low: defaults::clip_ratio(),
+            clip_ratio_high: defaults::clip_ratio(),
+            kl_type: KlType::K3,
+            kl_coef: defaults::kl_coef(),
+            entropy_coef: 0.0,
+            lr: defaults::rl_lr(),
+            lr_schedule: LrSchedule::Constant,
+            warmup_steps: 0,
+            min_lr_ratio: 0.0,
+            weight_decay: defaults::weight_decay(),
+            grad_clip: defaults::grad_clip(),
+            temperature: defaults::temperature(),
+            top_p: defaults::top_p(),
+            max_prompt_tokens: defaults::max_prompt_tokens(),
+            max_response_tokens: defaults::max_response_tokens(),
+            frozen_roles: Vec::new(),
+        }
+    }
+}
+
+/// Test-time private rehearsal mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RehearsalMode {
+    /// Act directly.
+    #[default]
+    Off,
+    /// N independent imagined attempts.
+    Parallel,
+    /// N attempts, each seeing the earlier ones and revising.
+    Sequential,
+}
+
+/// `[rehearsal]`: private rehearsal at test time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RehearsalConfig {
+    /// Off, parallel or sequential.
+    #[serde(default)]
+    pub mode: RehearsalMode,
+    /// Imagined attempts before each committed action.
+    #[serde(default = "defaults::rehearsal_budget")]
+    #[schemars(range(min = 1, max = 64))]
+    pub budget: u32,
+    /// Longest condensed rehearsal memory, in tokens.
+    #[serde(default = "defaults::max_memory_tokens")]
+    #[schemars(range(min = 16))]
+    pub max_memory_tokens: u32,
+}
+
+impl Default for RehearsalConfig {
+    fn default() -> Self {
+        RehearsalConfig {
+            mode: RehearsalMode::Off,
+            budget: defaults::rehearsal_budget(),
+            max_memory_tokens: defaults::max_memory_tokens(),
+        }
+    }
+}
+
+/// A benchmark the studio evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Benchmark {
+    /// Held-out generated tasks (test split), rule-judged; needs no data folder.
+    GeneratedTest,
+    /// BFCL-v4 simple (Python, Java, JavaScript), AST checking.
+    BfclSimple,
+    /// BFCL-v4 multiple.
+    BfclMultiple,
+    /// BFCL-v4 parallel.
+    BfclParallel,
+    /// BFCL-v4 parallel multiple.
+    BfclParallelMultiple,
+    /// BFCL-v4 irrelevance.
+    BfclIrrelevance,
+    /// BFCL-v4 multi-turn base.
+    BfclMultiTurn,
+    /// τ²-bench retail: DB-state and communicate rewards, pass^k.
+    Tau2Retail,
+    /// τ²-bench airline.
+    Tau2Airline,
+    /// VitaBench delivery, rubric judge.
+    VitabenchDelivery,
+}
+
+impl Benchmark {
+    /// Whether the benchmark reads files from `eval.data_dir`.
+    pub fn needs_data_dir(self) -> bool {
+        !matches!(self, Benchmark::GeneratedTest)
+    }
+}
+
+/// `[eval]`: benchmarks during and after training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Benchmarks to run.
+    #[serde(default = "defaults::benchmarks")]
+    #[schemars(extend("uniqueItems" = true))]
+    pub benchmarks: Vec<Benchmark>,
+    /// Evaluate every this many RL steps; 0 evaluates only at the end.
+    #[serde(default = "defaults::eval_interval_steps")]
+    pub interval_steps: u32,
+    /// Trials per task (pass^k is computed over them).
+    #[serde(default = "defaults::n_trials")]
+    #[schemars(range(min = 1, max = 64))]
+    pub n_trials: u32,
+    /// Evaluate at most this many tasks per benchmark (all when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_tasks: Option<u32>,
+    /// Folder with the benchmark data (`bfcl/`, `tau2-bench/`, `vitabench/`); relative paths
+    /// resolve against the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            benchmarks: defaults::benchmarks(),
+            interval_steps: defaults::eval_interval_steps(),
+            n_trials: defaults::n_trials(),
+            max_tasks: None,
+            data_dir: None,
+        }
+    }
+}
+
+impl ExperimentConfig {
+    /// Makes every relative path absolute against `base` (the config file's folder).
+    pub fn resolve_paths(&mut self, base: &Path) {
+        for path in [
+            &mut self.model.path,
+            &mut self.env.data_dir,
+            &mut self.eval.data_dir,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if path.is_relative() {
+                *path = base.join(&*path);
+            }
+        }
+    }
+
+    /// The config as TOML text, every default written out.
+    pub fn to_toml(&self) -> Result<String, crate::Error> {
+        toml::to_string_pretty(self).map_err(|err| crate::Error::Data {
+            source_name: format!("config of run {:?}", self.run.name),
+            message: format!("cannot write as TOML: {err}"),
+        })
+    }
+}
+
+/// Default values, one function per field so serde and `Default` share them.
+mod defaults {
+    use super::{Benchmark, Domain, Role};
+
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn checkpoint_interval_steps() -> u32 {
+        50
+    }
+    pub fn hidden_size() -> u32 {
+        256
+    }
+    pub fn n_layers() -> u32 {
+        4
+    }
+    pub fn n_heads() -> u32 {
+        4
+    }
+    pub fn n_kv_heads() -> u32 {
+        2
+    }
+    pub fn intermediate_size() -> u32 {
+        768
+    }
+    pub fn vocab_size() -> u32 {
+        4096
+    }
+    pub fn max_position_embeddings() -> u32 {
+        16384
+    }
+    pub fn rope_theta() -> f64 {
+        1_000_000.0
+    }
+    pub fn domains() -> Vec<Domain> {
+        vec![Domain::Retail, Domain::Airline]
+    }
+    pub fn difficulty() -> u32 {
+        2
+    }
+    pub fn max_turns() -> u32 {
+        30
+    }
+    pub fn max_parallel_calls() -> u32 {
+        4
+    }
+    pub fn mix_ratio() -> f64 {
+        0.5
+    }
+    pub fn n_few_shot() -> u32 {
+        2
+    }
+    pub fn timeout_secs() -> f64 {
+        60.0
+    }
+    pub fn max_retries() -> u32 {
+        3
+    }
+    pub fn max_concurrency() -> u32 {
+        8
+    }
+    pub fn sft_n_steps() -> u32 {
+        200
+    }
+    pub fn sft_n_tasks() -> u32 {
+        2000
+    }
+    pub fn sft_lr() -> f64 {
+        1e-5
+    }
+    pub fn sft_batch_size() -> u32 {
+        16
+    }
+    pub fn sft_micro_batch_size() -> u32 {
+        4
+    }
+    pub fn both_roles() -> Vec<Role> {
+        vec![Role::Act, Role::Rehearse]
+    }
+    pub fn rl_n_steps() -> u32 {
+        200
+    }
+    pub fn rl_batch_size() -> u32 {
+        16
+    }
+    pub fn group_size() -> u32 {
+        4
+    }
+    pub fn rl_micro_batch_size() -> u32 {
+        8
+    }
+    pub fn clip_ratio() -> f64 {
+        0.2
+    }
+    pub fn kl_coef() -> f64 {
+        1e-4
+    }
+    pub fn rl_lr() -> f64 {
+        1e-6
+    }
+    pub fn weight_decay() -> f64 {
+        0.01
+    }
+    pub fn grad_clip() -> f64 {
+        1.0
+    }
+    pub fn temperature() -> f64 {
+        1.0
+    }
+    pub fn top_p() -> f64 {
+        1.0
+    }
+    pub fn max_prompt_tokens() -> u32 {
+        4096
+    }
+    pub fn max_response_tokens() -> u32 {
+        8192
+    }
+    pub fn rehearsal_budget() -> u32 {
+        4
+    }
+    pub fn max_memory_tokens() -> u32 {
+        1024
+    }
+    pub fn benchmarks() -> Vec<Benchmark> {
+        vec![Benchmark::GeneratedTest]
+    }
+    pub fn eval_interval_steps() -> u32 {
+        50
+    }
+    pub fn n_trials() -> u32 {
+        1
+    }
+}

@@ -1,0 +1,81 @@
+//! The engine's one error type: every failure names the file, field or value at fault.
+
+use std::path::PathBuf;
+
+use crate::config::ConfigErrors;
+
+/// Result with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine, each with what a person needs to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder at fault.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+
+    /// An experiment config is invalid; every problem found is listed.
+    #[error(transparent)]
+    Config(#[from] ConfigErrors),
+
+    /// No preset has this name.
+    #[error("unknown preset {name:?}; the presets are: {available}")]
+    UnknownPreset {
+        /// The name asked for.
+        name: String,
+        /// The names that exist, comma-separated.
+        available: String,
+    },
+
+    /// SQLite failed on the run store.
+    #[error("run store {}: {source}", path.display())]
+    Store {
+        /// The store file.
+        path: PathBuf,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+
+    /// The run store file is not one this build can use.
+    #[error("run store {}: {message}", path.display())]
+    StoreFormat {
+        /// The store file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        message: String,
+    },
+
+    /// No run matches what was asked for.
+    #[error("no run matches {0:?}; `envace runs list` shows the runs in this store")]
+    RunNotFound(String),
+
+    /// Imported or exported data is malformed; names the source and the record.
+    #[error("{source_name}: {message}")]
+    Data {
+        /// The file (or stream) and record at fault, e.g. `metrics.csv, row 12`.
+        source_name: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// The platform gives no data directory and `ENVACE_HOME` is not set.
+    #[error(
+        "cannot find a data directory for the run store on this platform; set ENVACE_HOME or pass --store FILE"
+    )]
+    NoDataDir,
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The EnvACE engine library: everything a run needs, with no GUI dependency.
+//!
+//! The studio, the monitor and the `envace` command line are thin layers over this crate.
+//! Data flows one way: config → controller → rollouts and training → run store; see
+//! `ARCHITECTURE.md` for the map. Modules land here as their issues bring real content.
+
+pub mod config;
+pub mod error;
+pub mod store;
+
+pub use error::{Error, Result};

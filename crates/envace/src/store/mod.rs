@@ -1,0 +1,494 @@
+//! The run store: one SQLite file (WAL mode, versioned migrations) holding every run's config,
+//! metrics, log lines, trajectories, fidelity pairs, evaluation results and checkpoints.
+//!
+//! Writes go in batches, each one transaction: after a crash a batch is either all there or not
+//! there at all. Readers see a consistent snapshot while a writer runs (WAL); use
+//! [`Store::read`] when several queries must agree with each other. Each thread or process
+//! opens its own [`Store`].
+
+mod export;
+mod rows;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+pub use export::{ExportFormat, ExportTable, Imported, export_rows, import_rows};
+pub use rows::{
+    Batch, CheckpointRow, EvalRow, EventRow, FidelityRow, MetricRow, RunId, RunRecord, RunStatus,
+    RunSummary, TrajectoryRow,
+};
+
+/// File name of the store inside `ENVACE_HOME` or the platform data directory.
+pub const STORE_FILE_NAME: &str = "runs.sqlite";
+
+/// The migrations, in order; the store's `user_version` is the number applied.
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_episodes.sql"),
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// How long a connection waits for another writer's lock before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Seconds since the Unix epoch, as stored in every `wall_time` column.
+pub fn now_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |elapsed| elapsed.as_secs_f64())
+}
+
+/// Hex SHA-256 of a config text, as stored in `runs.config_hash`.
+pub fn config_hash(config_toml: &str) -> String {
+    let digest = Sha256::digest(config_toml.as_bytes());
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Where the store lives when `--store` is not given: `$ENVACE_HOME/runs.sqlite`, else the
+/// platform data directory (`~/.local/share/envace-studio/runs.sqlite` on Linux).
+pub fn default_path() -> Result<PathBuf> {
+    if let Some(home) = std::env::var_os("ENVACE_HOME").filter(|home| !home.is_empty()) {
+        return Ok(PathBuf::from(home).join(STORE_FILE_NAME));
+    }
+    directories::ProjectDirs::from("", "", "envace-studio")
+        .map(|dirs| dirs.data_dir().join(STORE_FILE_NAME))
+        .ok_or(Error::NoDataDir)
+}
+
+/// An open run store.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path` and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|err| Error::io(parent, err))?;
+        }
+        let conn = Connection::open(path).map_err(|source| Error::Store {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        store.configure()?;
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Opens the store at `$ENVACE_HOME` or the platform data directory.
+    pub fn open_default() -> Result<Store> {
+        Store::open(&default_path()?)
+    }
+
+    fn configure(&self) -> Result<()> {
+        let err = self.err();
+        self.conn.busy_timeout(BUSY_TIMEOUT).map_err(&err)?;
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(&err)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::StoreFormat {
+                path: self.path.clone(),
+                message: format!("cannot switch to WAL journal mode (got {mode:?})"),
+            });
+        }
+        // In WAL mode NORMAL keeps every committed transaction across a process crash.
+        self.conn
+            .execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+            .map_err(&err)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let err = move |source| Error::Store {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let version: u32 = tx
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(&err)?;
+        if version > SCHEMA_VERSION {
+            return Err(Error::StoreFormat {
+                path: self.path.clone(),
+                message: format!(
+                    "written by a newer EnvACE (schema version {version}; this build knows up to {SCHEMA_VERSION}); upgrade EnvACE or use another --store"
+                ),
+            });
+        }
+        for (idx, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).map_err(&err)?;
+            tx.pragma_update(None, "user_version", idx as u32 + 1)
+                .map_err(&err)?;
+            tracing::debug!(path = %self.path.display(), version = idx + 1, "migrated run store");
+        }
+        tx.commit().map_err(&err)
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + use<> {
+        let path = self.path.clone();
+        move |source| Error::Store {
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// The store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the open file.
+    pub fn schema_version(&self) -> Result<u32> {
+        self.conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(self.err())
+    }
+
+    /// SQLite's own consistency check; `Ok(())` when the file is sound.
+    pub fn check_integrity(&self) -> Result<()> {
+        let report: Vec<String> = {
+            let mut stmt = self
+                .conn
+                .prepare("PRAGMA integrity_check")
+                .map_err(self.err())?;
+            stmt.query_map([], |row| row.get(0))
+                .map_err(self.err())?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(self.err())?
+        };
+        if report.len() == 1 && report[0] == "ok" {
+            Ok(())
+        } else {
+            Err(Error::StoreFormat {
+                path: self.path.clone(),
+                message: format!("integrity check failed: {}", report.join("; ")),
+            })
+        }
+    }
+
+    /// Records a new run with its config text; returns its id.
+    pub fn create_run(&self, name: &str, config_toml: &str) -> Result<RunId> {
+        let now = now_secs();
+        self.conn
+            .execute(
+                "INSERT INTO runs (name, status, config_toml, config_hash, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+                params![
+                    name,
+                    RunStatus::Created.as_str(),
+                    config_toml,
+                    config_hash(config_toml),
+                    now
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(RunId(self.conn.last_insert_rowid()))
+    }
+
+    /// Sets a run's status.
+    pub fn set_run_status(&self, run: RunId, status: RunStatus) -> Result<()> {
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                params![run.0, status.as_str(), now_secs()],
+            )
+            .map_err(self.err())?;
+        if changed == 0 {
+            return Err(Error::RunNotFound(run.0.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Writes a batch of rows for one run in a single transaction: all or nothing.
+    pub fn write(&mut self, batch: &Batch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let err = self.err();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        rows::insert_batch(&tx, batch).map_err(&err)?;
+        tx.execute(
+            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+            params![batch.run.0, now_secs()],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)
+    }
+
+    /// Runs `f` inside one read transaction: every query it makes sees the same snapshot,
+    /// whatever other writers commit meanwhile.
+    pub fn read<T>(&mut self, f: impl FnOnce(&View<'_>) -> Result<T>) -> Result<T> {
+        let err = self.err();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(&err)?;
+        let view = View {
+            conn: &tx,
+            path: &self.path,
+        };
+        let out = f(&view)?;
+        tx.finish().map_err(&err)?;
+        Ok(out)
+    }
+
+    /// Read access outside an explicit transaction: each query is consistent on its own.
+    pub fn view(&self) -> View<'_> {
+        View {
+            conn: &self.conn,
+            path: &self.path,
+        }
+    }
+}
+
+/// Read queries over a store connection or a read transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    conn: &'a Connection,
+    path: &'a Path,
+}
+
+impl View<'_> {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> Error + use<> {
+        let path = self.path.to_path_buf();
+        move |source| Error::Store {
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// Every run, newest first, with its last step.
+    pub fn runs(&self) -> Result<Vec<RunSummary>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.id, r.name, r.status, r.created_at, r.updated_at, r.config_hash,
+                        (SELECT MAX(step) FROM metrics m WHERE m.run_id = r.id)
+                 FROM runs r ORDER BY r.id DESC",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], RunSummary::from_row)
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
+        Ok(rows)
+    }
+
+    /// The run with this id, or the newest run with this name.
+    pub fn find_run(&self, query: &str) -> Result<RunRecord> {
+        let by_id = query.parse::<i64>().ok();
+        let found = self
+            .conn
+            .query_row(
+                "SELECT id, name, status, config_toml, config_hash, created_at, updated_at
+                 FROM runs WHERE id = ?1 OR name = ?2 ORDER BY (id = ?1) DESC, id DESC LIMIT 1",
+                params![by_id, query],
+                RunRecord::from_row,
+            )
+            .optional()
+            .map_err(self.err())?;
+        found.ok_or_else(|| Error::RunNotFound(query.to_string()))
+    }
+
+    /// A run's metrics, in step then insertion order.
+    pub fn metrics(&self, run: RunId) -> Result<Vec<MetricRow>> {
+        self.collect(
+            "SELECT step, key, value, wall_time FROM metrics WHERE run_id = ?1 ORDER BY step, rowid",
+            run,
+            MetricRow::from_row,
+        )
+    }
+
+    /// The newest value of each metric key: (key, step, value).
+    pub fn latest_metrics(&self, run: RunId) -> Result<Vec<MetricRow>> {
+        self.collect(
+            "SELECT m.step, m.key, m.value, m.wall_time FROM metrics m
+             WHERE m.run_id = ?1 AND m.rowid = (
+                 SELECT m2.rowid FROM metrics m2 WHERE m2.run_id = m.run_id AND m2.key = m.key
+                 ORDER BY m2.step DESC, m2.rowid DESC LIMIT 1)
+             ORDER BY m.key",
+            run,
+            MetricRow::from_row,
+        )
+    }
+
+    /// Number of metric rows of a run.
+    pub fn count_metrics(&self, run: RunId) -> Result<u64> {
+        let count: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM metrics WHERE run_id = ?1",
+                [run.0],
+                |row| row.get(0),
+            )
+            .map_err(self.err())?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
+    /// A run's log lines, oldest first.
+    pub fn events(&self, run: RunId) -> Result<Vec<EventRow>> {
+        self.collect(
+            "SELECT wall_time, level, step, message, fields FROM events WHERE run_id = ?1 ORDER BY id",
+            run,
+            EventRow::from_row,
+        )
+    }
+
+    /// A run's trajectories, in step and episode order.
+    pub fn trajectories(&self, run: RunId) -> Result<Vec<TrajectoryRow>> {
+        self.collect(
+            "SELECT step, episode_idx, task_id, reward, masked, mask_reason, data
+             FROM trajectories WHERE run_id = ?1 ORDER BY step, episode_idx",
+            run,
+            TrajectoryRow::from_row,
+        )
+    }
+
+    /// A run's fidelity pairs, in step order.
+    pub fn fidelity_pairs(&self, run: RunId) -> Result<Vec<FidelityRow>> {
+        self.collect(
+            "SELECT step, episode_idx, turn_idx, call_idx, tool, arguments, rehearsed, real,
+                    valid_json, outcome_agrees, key_f1, value_accuracy, exact_match
+             FROM fidelity_pairs WHERE run_id = ?1 ORDER BY step, id",
+            run,
+            FidelityRow::from_row,
+        )
+    }
+
+    /// A run's evaluation results.
+    pub fn eval_results(&self, run: RunId) -> Result<Vec<EvalRow>> {
+        self.collect(
+            "SELECT step, benchmark, category, metric, value, n_tasks, wall_time
+             FROM eval_results WHERE run_id = ?1 ORDER BY step, rowid",
+            run,
+            EvalRow::from_row,
+        )
+    }
+
+    /// A run's checkpoints, oldest first.
+    pub fn checkpoints(&self, run: RunId) -> Result<Vec<CheckpointRow>> {
+        self.collect(
+            "SELECT step, path, bytes, wall_time FROM checkpoints WHERE run_id = ?1 ORDER BY step",
+            run,
+            CheckpointRow::from_row,
+        )
+    }
+
+    fn collect<T>(
+        &self,
+        sql: &str,
+        run: RunId,
+        map: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(self.err())?;
+        let rows = stmt
+            .query_map([run.0], map)
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
+        Ok(rows)
+    }
+}
+
+/// A buffered writer for one run: rows collect in memory and go to the store in one
+/// transaction when `max_rows` are waiting or on [`RunWriter::flush`] (and on drop).
+#[derive(Debug)]
+pub struct RunWriter {
+    store: Store,
+    batch: Batch,
+    max_rows: usize,
+}
+
+impl RunWriter {
+    /// A writer for `run` that commits every `max_rows` rows.
+    pub fn new(store: Store, run: RunId, max_rows: usize) -> Self {
+        RunWriter {
+            store,
+            batch: Batch::new(run),
+            max_rows: max_rows.max(1),
+        }
+    }
+
+    /// The rows waiting to be committed.
+    pub fn pending(&self) -> &Batch {
+        &self.batch
+    }
+
+    /// Adds one metric value.
+    pub fn metric(&mut self, step: u64, key: &str, value: f64) -> Result<()> {
+        self.batch.metrics.push(MetricRow {
+            step,
+            key: key.to_string(),
+            value,
+            wall_time: now_secs(),
+        });
+        self.maybe_flush()
+    }
+
+    /// Adds one log line.
+    pub fn event(&mut self, level: &str, step: Option<u64>, message: &str) -> Result<()> {
+        self.batch.events.push(EventRow {
+            wall_time: now_secs(),
+            level: level.to_string(),
+            step,
+            message: message.to_string(),
+            fields: serde_json::Value::Object(Default::default()),
+        });
+        self.maybe_flush()
+    }
+
+    fn maybe_flush(&mut self) -> Result<()> {
+        if self.batch.len() >= self.max_rows {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Commits every waiting row in one transaction.
+    pub fn flush(&mut self) -> Result<()> {
+        self.store.write(&self.batch)?;
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// The store this writer commits to (for reads between flushes).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+impl Drop for RunWriter {
+    fn drop(&mut self) {
+        if !self.batch.is_empty()
+            && let Err(err) = self.flush()
+        {
+            tracing::error!(%err, "run store: could not commit the last rows on drop");
+        }
+    }
+}

@@ -1,1 +1,171 @@
-fn main() {}
+//! Project automation behind `cargo xtask`: set up the machine, run the main job, run every test.
+
+mod setup;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  setup        install what the project needs (Debian packages when run as root)
+  run          set up, build, and run the main job (the studio on the quickstart
+               experiment, or the same run headless when no display is present)
+  test         set up, then run every check and test (what CI runs)
+  bench NAME   measure ours against a peer; prints one JSON object
+";
+
+fn main() {
+    if let Err(err) = run() {
+        eprintln!("xtask: error: {err:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = repo_root()?;
+    std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
+    match args.first().map(String::as_str) {
+        Some("setup") => setup::ensure_all(),
+        Some("run") => main_job(&root),
+        Some("test") => test_all(),
+        Some("bench") => bench(args.get(1).map(String::as_str)),
+        Some("-h" | "--help" | "help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown command {other:?}\n\n{USAGE}"),
+    }
+}
+
+fn repo_root() -> Result<PathBuf> {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .context("xtask lives in a folder of the repository root")
+}
+
+/// Runs a command, echoing it first; fails with the command line when it fails.
+fn cargo(args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: $ cargo {}", args.join(" "));
+    let status = Command::new(&cargo)
+        .args(args)
+        .status()
+        .with_context(|| format!("cannot start {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn test_all() -> Result<()> {
+    setup::ensure_all()?;
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo_test(&["test", "--workspace", "--locked", "--no-fail-fast"])
+}
+
+/// Runs `cargo test`, passing its output through, and ends with one summary line
+/// `N passed, N failed` over every test binary.
+fn cargo_test(args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: $ cargo {}", args.join(" "));
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {cargo}"))?;
+    let stdout = child.stdout.take().context("no stdout from cargo test")?;
+    let (mut n_passed, mut n_failed) = (0u64, 0u64);
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line.context("reading cargo test output")?;
+        println!("{line}");
+        if let Some(summary) = line.strip_prefix("test result: ") {
+            n_passed += count_before(summary, " passed");
+            n_failed += count_before(summary, " failed");
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    println!("{n_passed} passed, {n_failed} failed");
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    if n_passed == 0 {
+        bail!("no test ran");
+    }
+    Ok(())
+}
+
+/// The number just before `word` in a libtest summary such as `ok. 11 passed; 0 failed; ...`.
+fn count_before(summary: &str, word: &str) -> u64 {
+    summary
+        .split(';')
+        .find_map(|part| {
+            part.trim()
+                .trim_start_matches("ok. ")
+                .trim_start_matches("FAILED. ")
+                .strip_suffix(word.trim_start())
+                .map(str::trim)
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main_job(root: &Path) -> Result<()> {
+    setup::ensure_all()?;
+    cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let envace = target.join("release").join("envace");
+    let quickstart = "assets/configs/quickstart.toml";
+    eprintln!("xtask: $ envace config validate {quickstart}");
+    let status = Command::new(&envace)
+        .args(["config", "validate", quickstart])
+        .status()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    if !status.success() {
+        bail!("the quickstart config is invalid");
+    }
+    let has_display = ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
+    let mode = if has_display {
+        "a display is present, so this would open the studio"
+    } else {
+        "no display is present, so this would run the quickstart headless"
+    };
+    println!(
+        "\nThe quickstart experiment config is valid. Not built yet: training (the controller, SFT and \
+         role-wise GRPO) and the studio, so there is no run to start; {mode} once they land.\n\
+         What works today: `{} config validate|schema|init` and `{} runs list|show|export`.",
+        envace.display(),
+        envace.display()
+    );
+    Ok(())
+}
+
+fn bench(name: Option<&str>) -> Result<()> {
+    // Benchmarks land with the issues that set their targets (model, rollout, quickstart); each
+    // prints one JSON object and writes it to target/bench/NAME.json.
+    match name {
+        None => bail!("usage: cargo xtask bench NAME; no benchmarks are defined yet"),
+        Some(name) => bail!("no benchmark named {name:?}; none are defined yet"),
+    }
+}

@@ -66,8 +66,25 @@ fn cargo(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `npm run SCRIPT` in ui/.
+fn npm(script: &str) -> Result<()> {
+    eprintln!("xtask: $ npm run {script} (in ui/)");
+    let status = Command::new("npm")
+        .args(["run", "--silent", script])
+        .current_dir("ui")
+        .status()
+        .context("cannot run npm")?;
+    if !status.success() {
+        bail!("`npm run {script}` in ui/ failed ({status})");
+    }
+    Ok(())
+}
+
 fn test_all() -> Result<()> {
     setup::ensure_all()?;
+    // The studio embeds ui/dist at compile time, so the front end is built first.
+    npm("build")?;
+    npm("test")?;
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&[
         "clippy",
@@ -129,10 +146,32 @@ fn count_before(summary: &str, word: &str) -> u64 {
 
 fn main_job(root: &Path) -> Result<()> {
     setup::ensure_all()?;
-    cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
+    let has_display = ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
+    if has_display {
+        npm("build")?;
+        cargo(&[
+            "build",
+            "--locked",
+            "--release",
+            "--package",
+            "envace-studio",
+        ])?;
+        let studio = target.join("release").join("envace-studio");
+        eprintln!("xtask: $ envace-studio (on the quickstart experiment)");
+        let status = Command::new(&studio)
+            .status()
+            .with_context(|| format!("cannot start {}", studio.display()))?;
+        if !status.success() {
+            bail!("the studio exited with {status}");
+        }
+        return Ok(());
+    }
+    cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
     let envace = target.join("release").join("envace");
     let quickstart = "assets/configs/quickstart.toml";
     eprintln!("xtask: $ envace config validate {quickstart}");
@@ -143,18 +182,11 @@ fn main_job(root: &Path) -> Result<()> {
     if !status.success() {
         bail!("the quickstart config is invalid");
     }
-    let has_display = ["DISPLAY", "WAYLAND_DISPLAY"]
-        .iter()
-        .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));
-    let mode = if has_display {
-        "a display is present, so this would open the studio"
-    } else {
-        "no display is present, so this would run the quickstart headless"
-    };
     println!(
-        "\nThe quickstart experiment config is valid. Not built yet: training (the controller, SFT and \
-         role-wise GRPO) and the studio, so there is no run to start; {mode} once they land.\n\
-         What works today: `{} config validate|schema|init` and `{} runs list|show|export`.",
+        "\nThe quickstart experiment config is valid. No display is present, so this runs the \
+         quickstart headless; training (the controller, SFT and role-wise GRPO) is not built yet, \
+         so there is no run to start. With a display, `cargo xtask run` opens the studio's \
+         experiment editor.\nWhat works today: `{} config validate|schema|init` and `{} runs list|show|export`.",
         envace.display(),
         envace.display()
     );

@@ -63,6 +63,15 @@ pub enum Error {
         message: String,
     },
 
+    /// A config edit could not be applied.
+    #[error("cannot set {path}: {message}")]
+    ConfigEdit {
+        /// Dotted TOML path of the key.
+        path: String,
+        /// Why not.
+        message: String,
+    },
+
     /// The platform gives no data directory and `ENVACE_HOME` is not set.
     #[error(
         "cannot find a data directory for the run store on this platform; set ENVACE_HOME or pass --store FILE"

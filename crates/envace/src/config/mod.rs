@@ -10,6 +10,7 @@
 //! Secrets never live in the file: endpoints name the environment variable that holds the key
 //! (`api_key_env`), and a literal `api_key` is rejected.
 
+pub mod edit;
 mod presets;
 mod validate;
 

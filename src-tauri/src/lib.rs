@@ -1,0 +1,65 @@
+//! EnvACE Studio's desktop host: a thin Tauri layer of typed commands over the engine.
+
+pub mod commands;
+pub mod contract;
+
+use std::path::PathBuf;
+
+/// What the host knows at start.
+#[derive(Debug, Clone)]
+pub struct StudioState {
+    /// The run store the studio reads and writes.
+    pub store_path: PathBuf,
+    /// The config to open (created on first save when it does not exist yet).
+    pub config_path: Option<PathBuf>,
+}
+
+/// Every command and event the front end may use; the bindings are generated from this.
+pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
+    tauri_specta::Builder::<tauri::Wry>::new()
+        // Config values cross as `serde_json::Value`, whose integers are i64; they travel as JSON
+        // numbers either way, so typing them as `number` describes the wire truthfully.
+        .dangerously_cast_bigints_to_number()
+        // Every contract type only flows out to the front end: one TypeScript type each.
+        .disable_serde_phases()
+        .commands(tauri_specta::collect_commands![
+            commands::presets,
+            commands::config_schema,
+            commands::check_config,
+            commands::initial_document,
+            commands::open_preset,
+            commands::set_field,
+            commands::remove_field,
+            commands::save_config,
+            commands::open_config,
+            commands::diff_against_preset,
+            commands::list_runs,
+        ])
+}
+
+/// Header of the generated bindings file.
+pub const BINDINGS_HEADER: &str = "// Generated from src-tauri (tests/bindings.rs); do not edit. Regenerate with\n// UPDATE_EXPECT=1 cargo test -p envace-studio --test bindings\n";
+
+/// Writes the TypeScript bindings of [`specta_builder`] to `path`.
+pub fn export_bindings(path: &std::path::Path) -> Result<(), String> {
+    specta_builder()
+        .export(
+            specta_typescript::Typescript::default().header(BINDINGS_HEADER),
+            path,
+        )
+        .map_err(|err| format!("cannot export bindings to {}: {err}", path.display()))
+}
+
+/// Opens the studio window and runs until it closes.
+pub fn run(state: StudioState) -> Result<(), tauri::Error> {
+    let builder = specta_builder();
+    tauri::Builder::default()
+        .plugin(tauri_plugin_dialog::init())
+        .manage(state)
+        .invoke_handler(builder.invoke_handler())
+        .setup(move |app| {
+            builder.mount_events(app);
+            Ok(())
+        })
+        .run(tauri::generate_context!())
+}

@@ -1,0 +1,42 @@
+//! The `envace-studio` desktop app: opens the studio on an experiment config.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use envace_studio::StudioState;
+
+/// EnvACE Studio: set up, run and compare world-rehearsal experiments.
+#[derive(Debug, Parser)]
+#[command(name = "envace-studio", version)]
+struct Args {
+    /// Experiment config to open; when it does not exist yet, the editor starts from the
+    /// quickstart preset and saves there.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Run store file [default: $ENVACE_HOME/runs.sqlite, else the platform data directory].
+    #[arg(long, value_name = "FILE")]
+    store: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let store_path = match args.store.map_or_else(envace::store::default_path, Ok) {
+        Ok(path) => path,
+        Err(err) => {
+            eprintln!("envace-studio: error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state = StudioState {
+        store_path,
+        config_path: args.config,
+    };
+    match envace_studio::run(state) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("envace-studio: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

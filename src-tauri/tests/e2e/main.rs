@@ -1,0 +1,313 @@
+//! End-to-end tests of the real studio app in a real webview (WebKitGTK), driven by WebDriver
+//! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
+#![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
+
+mod webdriver;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use webdriver::{Session, TAB};
+
+/// A process killed when dropped, so a failing test leaves nothing running.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn need(program: &str, package: &str) -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{program} is not installed (Debian package {package}); `cargo xtask setup` installs it"
+        )
+    })
+}
+
+/// Starts Xvfb on a free display and returns it with the display name.
+fn start_display() -> (Guard, String) {
+    let xvfb = need("Xvfb", "xvfb");
+    let mut child = Command::new(xvfb)
+        .args([
+            "-displayfd",
+            "1",
+            "-screen",
+            "0",
+            "1400x900x24",
+            "-nolisten",
+            "tcp",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let display = format!(":{}", line.trim());
+    assert!(display.len() > 1, "Xvfb did not report a display");
+    (Guard(child), display)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn screenshots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+struct Studio {
+    session: Option<Session>,
+    _driver: Guard,
+    _display: Guard,
+    runtime_dir: tempfile::TempDir,
+}
+
+impl Studio {
+    /// Opens the studio binary on `config` with the run store `store`.
+    fn open(config: &Path, store: &Path) -> Studio {
+        let driver_bin = need("WebKitWebDriver", "webkit2gtk-driver");
+        let (display, name) = start_display();
+        let runtime_dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let driver = Command::new(driver_bin)
+            .arg(format!("--port={port}"))
+            .env("DISPLAY", &name)
+            .env("TAURI_WEBVIEW_AUTOMATION", "true")
+            .env("XDG_RUNTIME_DIR", runtime_dir.path())
+            .env("WEBKIT_DISABLE_COMPOSITING_MODE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let driver = Guard(driver);
+        let base = format!("http://127.0.0.1:{port}");
+        webdriver::wait_ready(&base, Duration::from_secs(20)).unwrap();
+        let session = Session::start(
+            &base,
+            json!({
+                "webkitgtk:browserOptions": {
+                    "binary": env!("CARGO_BIN_EXE_envace-studio"),
+                    "args": [
+                        "--config", config.display().to_string(),
+                        "--store", store.display().to_string(),
+                    ],
+                }
+            }),
+        )
+        .unwrap();
+        session
+            .wait_for(
+                "the editor to load",
+                "return document.body.dataset.ready === 'true'",
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        Studio {
+            session: Some(session),
+            _driver: driver,
+            _display: display,
+            runtime_dir,
+        }
+    }
+
+    fn s(&self) -> &Session {
+        self.session.as_ref().unwrap()
+    }
+
+    /// Saves a screenshot after the page has settled, with `focus` (a CSS selector) scrolled
+    /// to the middle of the window when given.
+    fn shot(&self, name: &str, focus: Option<&str>) -> PathBuf {
+        if let Some(css) = focus {
+            self.s()
+                .script(
+                    "document.querySelector(arguments[0]).scrollIntoView({block: 'center'})",
+                    json!([css]),
+                )
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        let png = self.s().screenshot().unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        let path = screenshots_dir().join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    fn toml_view(&self) -> String {
+        self.s()
+            .script(
+                "return document.getElementById('toml-view').value",
+                json!([]),
+            )
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+impl Drop for Studio {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            session.end();
+        }
+        let _ = &self.runtime_dir;
+    }
+}
+
+#[test]
+fn edit_a_preset_see_a_field_error_fix_it_and_save() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("experiment.toml");
+    let store = dir.path().join("runs.sqlite");
+    let studio = Studio::open(&config, &store);
+    let s = studio.s();
+
+    // A new file starts from the quickstart preset.
+    assert!(studio.toml_view().contains("name = \"quickstart\""));
+    assert_eq!(s.text("#config-status").unwrap(), "valid");
+    studio.shot("studio-editor-quickstart", None);
+
+    // Open another preset from the menu.
+    s.click("#preset-select option[value='caller-frozen']")
+        .unwrap();
+    s.wait_for(
+        "the caller-frozen preset",
+        "return document.getElementById('toml-view').value.includes('name = \"caller-frozen\"')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+
+    // An invalid value: the error appears next to its field.
+    let field = "[id='field-rl.micro_batch_size']";
+    s.type_into(field, &format!("5{TAB}")).unwrap();
+    let error = s
+        .wait_for(
+            "the field error",
+            "return document.getElementById('error-rl.micro_batch_size').textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(
+        error.as_str().unwrap(),
+        "micro_batch_size = 5 must divide batch_size × group_size = 8 × 4 = 32 trajectories per step"
+    );
+    assert_eq!(s.text("#config-status").unwrap(), "1 problem");
+    assert!(studio.toml_view().contains("micro_batch_size = 5"));
+    studio.shot(
+        "studio-editor-field-error",
+        Some("[data-path='rl.micro_batch_size']"),
+    );
+
+    // A value that is not a number at all is caught before it reaches the file.
+    s.type_into("[id='field-rl.lr']", &format!("fast{TAB}"))
+        .unwrap();
+    let error = s
+        .wait_for(
+            "the typing error",
+            "return document.getElementById('error-rl.lr').textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(error.as_str().unwrap(), "\"fast\" is not a number");
+
+    // Fix both; the config is valid again.
+    s.type_into(field, &format!("16{TAB}")).unwrap();
+    s.type_into("[id='field-rl.lr']", &format!("2e-5{TAB}"))
+        .unwrap();
+    s.wait_for(
+        "the config to be valid",
+        "return document.getElementById('config-status').textContent === 'valid' && document.getElementById('toml-view').value.includes('lr = 0.00002')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(
+        s.text("[id='error-rl.micro_batch_size']").unwrap(),
+        "",
+        "the error stays after the fix"
+    );
+
+    // The diff against the preset shows exactly the two edits.
+    s.click("#diff-button").unwrap();
+    let diff = s
+        .wait_for(
+            "the diff",
+            "const d = document.getElementById('preset-diff'); return d.textContent.includes('Changes') && d.textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let diff = diff.as_str().unwrap();
+    assert!(diff.contains("+ micro_batch_size = 16"), "{diff}");
+    assert!(diff.contains("- lr = 1e-5"), "{diff}");
+    studio.shot(
+        "studio-editor-fixed-with-diff",
+        Some("[data-path='rl.micro_batch_size']"),
+    );
+
+    // Save writes the file the studio was opened on.
+    s.click("#save-button").unwrap();
+    s.wait_for(
+        "the save",
+        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let saved = std::fs::read_to_string(&config).unwrap();
+    let parsed = envace::config::parse(&saved, "saved").unwrap();
+    assert_eq!(parsed.run.name, "caller-frozen");
+    assert_eq!(parsed.rl.micro_batch_size, 16);
+    assert_eq!(parsed.rl.lr, 2e-5);
+    assert_eq!(parsed.rl.frozen_roles, vec![envace::config::Role::Act]);
+    assert!(
+        saved.starts_with("# The caller-frozen variant"),
+        "the preset's comments survive the edits:\n{saved}"
+    );
+    assert!(s.text("#config-file").unwrap().ends_with("experiment.toml"));
+}
+
+#[test]
+fn the_run_list_shows_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("experiment.toml");
+    let store_path = dir.path().join("runs.sqlite");
+    {
+        let store = envace::store::Store::open(&store_path).unwrap();
+        let text = envace::config::preset("quickstart").unwrap().toml;
+        store.create_run("quickstart", text).unwrap();
+        store.create_run("real-env-baseline", text).unwrap();
+    }
+    let studio = Studio::open(&config, &store_path);
+    let s = studio.s();
+    s.click("#tab-runs").unwrap();
+    let rows = s
+        .wait_for(
+            "the run table",
+            "const t = document.getElementById('run-table'); return t && t.rows.length",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(rows, json!(3));
+    let table = s.text("#run-table").unwrap();
+    assert!(table.contains("real-env-baseline"), "{table}");
+    studio.shot("studio-runs", None);
+}

@@ -117,26 +117,44 @@ fn write_value(out: &mut String, value: &Value, sort_keys: bool) {
         }
         Value::Object(map) => {
             out.push('{');
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             if sort_keys {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            for (idx, (key, item)) in entries.into_iter().enumerate() {
-                if idx > 0 {
-                    out.push_str(", ");
-                }
-                write_str(out, key);
-                out.push_str(": ");
-                write_value(out, item, sort_keys);
+                write_entries(out, entries.into_iter(), sort_keys);
+            } else {
+                write_entries(out, map.iter(), sort_keys);
             }
             out.push('}');
         }
     }
 }
 
+fn write_entries<'a>(
+    out: &mut String,
+    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+    sort_keys: bool,
+) {
+    for (idx, (key, item)) in entries.enumerate() {
+        if idx > 0 {
+            out.push_str(", ");
+        }
+        write_str(out, key);
+        out.push_str(": ");
+        write_value(out, item, sort_keys);
+    }
+}
+
 /// A JSON string literal as Python writes it with `ensure_ascii=True`.
 fn write_str(out: &mut String, text: &str) {
     out.push('"');
+    if text
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     for ch in text.chars() {
         match ch {
             '"' => out.push_str("\\\""),

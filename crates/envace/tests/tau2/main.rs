@@ -4,6 +4,7 @@
 
 mod gold;
 mod tools;
+mod validation;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

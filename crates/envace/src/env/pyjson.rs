@@ -74,6 +74,13 @@ pub fn dumps(value: &Value, sort_keys: bool) -> String {
     out
 }
 
+/// A string as a Python JSON string literal (quotes and `\uXXXX` escapes).
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    write_str(&mut out, text);
+    out
+}
+
 /// Python's `str(n)` for a JSON number as the reference holds it (int or float).
 pub fn number_str(number: &serde_json::Number) -> String {
     if number.is_f64() {

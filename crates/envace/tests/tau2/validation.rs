@@ -199,6 +199,7 @@ fn clones_are_independent_and_reset_restores_the_start() {
     assert!(!outcome.is_failure());
     let changed = env.state_hash();
     assert_ne!(changed, initial);
+    assert_eq!(changed, env.db().hash(), "cached and full hashing agree");
     assert_eq!(
         snapshot.state_hash(),
         initial,

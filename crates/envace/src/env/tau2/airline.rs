@@ -20,7 +20,7 @@ use crate::env::{ToolSpec, pyjson};
 use super::{Args, as_int, calculate, object_params, spec, string_param, to_json};
 
 /// A person's name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Name {
     /// First name.
     pub first_name: String,
@@ -29,7 +29,7 @@ pub struct Name {
 }
 
 /// A postal address; `address2` is optional.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Address {
     /// First line.
     pub address1: String,
@@ -47,7 +47,7 @@ pub struct Address {
 }
 
 /// A saved payment method.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "source")]
 pub enum PaymentMethod {
     /// A credit card.
@@ -79,7 +79,7 @@ pub enum PaymentMethod {
 }
 
 /// A passenger.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Passenger {
     /// First name.
     pub first_name: String,
@@ -90,7 +90,7 @@ pub struct Passenger {
 }
 
 /// A flight's state on one date.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status")]
 pub enum FlightDateStatus {
     /// Bookable.
@@ -153,7 +153,7 @@ impl FlightDateStatus {
 }
 
 /// A scheduled flight and its state per date.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flight {
     /// Flight number.
     pub flight_number: String,
@@ -170,7 +170,7 @@ pub struct Flight {
 }
 
 /// One flight of a reservation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReservationFlight {
     /// Flight number.
     pub flight_number: String,
@@ -185,7 +185,7 @@ pub struct ReservationFlight {
 }
 
 /// A payment (positive) or refund (negative) on a reservation.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Payment {
     /// Payment method id.
     pub payment_id: String,
@@ -194,7 +194,7 @@ pub struct Payment {
 }
 
 /// A customer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct User {
     /// User id.
     pub user_id: String,
@@ -217,7 +217,7 @@ pub struct User {
 }
 
 /// A reservation; `status` is `null` unless cancelled.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reservation {
     /// Reservation id.
     pub reservation_id: String,
@@ -251,7 +251,7 @@ pub struct Reservation {
 }
 
 /// The airline database.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AirlineDb {
     /// Flight number → flight.

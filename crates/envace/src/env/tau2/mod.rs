@@ -24,8 +24,9 @@ pub mod eval;
 pub mod retail;
 pub mod task;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -77,13 +78,60 @@ impl Db {
 
 /// sha256 hex of a record's canonical Python JSON text (sorted keys).
 pub fn canonical_hash(record: &impl Serialize) -> String {
-    let text = match serde_json::to_value(record) {
+    sha256_hex(&canonical_text(record))
+}
+
+/// A record's canonical Python JSON text (sorted keys).
+fn canonical_text(record: &impl Serialize) -> String {
+    match serde_json::to_value(record) {
         Ok(value) => pyjson::dumps(&value, true),
         // Records here always serialise (string keys only); an empty text still hashes.
         Err(_) => String::new(),
-    };
+    }
+}
+
+fn sha256_hex(text: &str) -> String {
     let digest = Sha256::digest(text.as_bytes());
     digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Canonical texts of the initial database's records: one map per top-level table, in
+/// sorted table order, from record key to the record's text.
+type RecordTexts = Vec<HashMap<String, String>>;
+
+fn record_texts<T: Serialize>(table: &IndexMap<String, T>) -> HashMap<String, String> {
+    table
+        .iter()
+        .map(|(key, record)| (key.clone(), canonical_text(record)))
+        .collect()
+}
+
+/// Appends `"name": {sorted records}` to the canonical text, reusing the cached text of every
+/// record equal to its initial version.
+fn write_table<T: Serialize + PartialEq>(
+    out: &mut String,
+    name: &str,
+    current: &IndexMap<String, T>,
+    initial: &IndexMap<String, T>,
+    cache: &HashMap<String, String>,
+) {
+    out.push_str(&pyjson::quote(name));
+    out.push_str(": {");
+    let mut keys: Vec<&String> = current.keys().collect();
+    keys.sort();
+    for (idx, key) in keys.into_iter().enumerate() {
+        if idx > 0 {
+            out.push_str(", ");
+        }
+        out.push_str(&pyjson::quote(key));
+        out.push_str(": ");
+        let record = &current[key];
+        match cache.get(key) {
+            Some(text) if initial.get(key) == Some(record) => out.push_str(text),
+            _ => out.push_str(&canonical_text(record)),
+        }
+    }
+    out.push('}');
 }
 
 /// A loaded domain: initial database, tasks, policy, splits and tools.
@@ -97,6 +145,7 @@ pub struct Tau2Domain {
     policy: String,
     splits: IndexMap<String, Vec<String>>,
     tools: Arc<ToolSet>,
+    initial_texts: OnceLock<RecordTexts>,
 }
 
 impl Tau2Domain {
@@ -144,6 +193,7 @@ impl Tau2Domain {
             policy,
             splits,
             tools: Arc::new(ToolSet::new(specs)?),
+            initial_texts: OnceLock::new(),
         }))
     }
 
@@ -185,6 +235,71 @@ impl Tau2Domain {
     /// The domain's tools.
     pub fn tools(&self) -> &ToolSet {
         &self.tools
+    }
+
+    /// The state hash of a database of this domain: equal to [`Db::hash`], but records equal
+    /// to their initial version reuse their canonical text, computed once per domain, so only
+    /// changed records are serialised again.
+    pub fn state_hash(&self, db: &Db) -> String {
+        let texts = self.initial_texts.get_or_init(|| match &self.initial {
+            Db::Retail(db) => vec![
+                record_texts(&db.orders),
+                record_texts(&db.products),
+                record_texts(&db.users),
+            ],
+            Db::Airline(db) => vec![
+                record_texts(&db.flights),
+                record_texts(&db.reservations),
+                record_texts(&db.users),
+            ],
+        });
+        let mut out = String::with_capacity(
+            texts
+                .iter()
+                .flatten()
+                .map(|(k, v)| k.len() + v.len() + 4)
+                .sum::<usize>()
+                + 64,
+        );
+        out.push('{');
+        match (db, &self.initial) {
+            (Db::Retail(db), Db::Retail(initial)) => {
+                write_table(&mut out, "orders", &db.orders, &initial.orders, &texts[0]);
+                out.push_str(", ");
+                write_table(
+                    &mut out,
+                    "products",
+                    &db.products,
+                    &initial.products,
+                    &texts[1],
+                );
+                out.push_str(", ");
+                write_table(&mut out, "users", &db.users, &initial.users, &texts[2]);
+            }
+            (Db::Airline(db), Db::Airline(initial)) => {
+                write_table(
+                    &mut out,
+                    "flights",
+                    &db.flights,
+                    &initial.flights,
+                    &texts[0],
+                );
+                out.push_str(", ");
+                write_table(
+                    &mut out,
+                    "reservations",
+                    &db.reservations,
+                    &initial.reservations,
+                    &texts[1],
+                );
+                out.push_str(", ");
+                write_table(&mut out, "users", &db.users, &initial.users, &texts[2]);
+            }
+            // A database of another domain: no cache applies.
+            (other, _) => return other.hash(),
+        }
+        out.push('}');
+        sha256_hex(&out)
     }
 
     /// A fresh environment in the initial state (no τ²-bench task of these two domains has an
@@ -261,7 +376,7 @@ impl Environment for Tau2Env {
     }
 
     fn state_hash(&self) -> String {
-        self.db.hash()
+        self.domain.state_hash(&self.db)
     }
 
     fn box_clone(&self) -> Box<dyn Environment> {

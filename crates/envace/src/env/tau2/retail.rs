@@ -20,7 +20,7 @@ use crate::env::ToolSpec;
 use super::{Args, calculate, object_params, round2, spec, string_param, to_json};
 
 /// One variant (item) of a product.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Variant {
     /// Item id.
     pub item_id: String,
@@ -33,7 +33,7 @@ pub struct Variant {
 }
 
 /// A product type with its variants.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Product {
     /// Product name.
     pub name: String,
@@ -44,7 +44,7 @@ pub struct Product {
 }
 
 /// A person's name.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UserName {
     /// First name.
     pub first_name: String,
@@ -53,7 +53,7 @@ pub struct UserName {
 }
 
 /// A postal address.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Address {
     /// First line.
     pub address1: String,
@@ -70,7 +70,7 @@ pub struct Address {
 }
 
 /// A saved payment method.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "source")]
 pub enum PaymentMethod {
     /// A credit card.
@@ -100,7 +100,7 @@ pub enum PaymentMethod {
 }
 
 /// A customer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct User {
     /// User id.
     pub user_id: String,
@@ -117,7 +117,7 @@ pub struct User {
 }
 
 /// A shipment of some items.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Fulfillment {
     /// Tracking ids.
     pub tracking_id: Vec<String>,
@@ -126,7 +126,7 @@ pub struct Fulfillment {
 }
 
 /// An item in an order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OrderItem {
     /// Product name.
     pub name: String,
@@ -141,7 +141,7 @@ pub struct OrderItem {
 }
 
 /// A payment or refund on an order.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OrderPayment {
     /// `payment` or `refund`.
     pub transaction_type: String,
@@ -152,7 +152,7 @@ pub struct OrderPayment {
 }
 
 /// An order. The seven optional fields are `null` until a tool sets them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Order {
     /// Order id (`#W…`).
     pub order_id: String,
@@ -192,7 +192,7 @@ pub struct Order {
 }
 
 /// The retail database.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetailDb {
     /// Product id → product.

@@ -35,7 +35,7 @@ pub fn float_repr(x: f64) -> String {
     let exp: i32 = exp.parse().unwrap_or(0);
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
     let sign = if x < 0.0 { "-" } else { "" };
-    if !(-5..16).contains(&exp) {
+    if !(-4..16).contains(&exp) {
         let mut out = String::from(sign);
         out.push_str(&digits[..1]);
         if digits.len() > 1 {

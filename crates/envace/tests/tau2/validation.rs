@@ -220,3 +220,31 @@ fn clones_are_independent_and_reset_restores_the_start() {
     assert_eq!(env.seed(), 3);
     assert_eq!(env.name(), "tau2/retail");
 }
+
+#[test]
+fn environments_for_tasks() {
+    let domain = airline();
+    let env = domain.env_for_task("7", 42).unwrap();
+    assert_eq!(env.seed(), 42);
+    assert_eq!(env.state_hash(), domain.initial_db().hash());
+    let err = domain
+        .env_for_task("no-such-task", 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no task has id \"no-such-task\""), "{err}");
+    assert!(err.contains("tasks.json"), "{err}");
+}
+
+#[test]
+fn a_missing_data_folder_is_an_error_naming_it() {
+    let err = envace::env::tau2::Tau2Domain::load(
+        envace::env::tau2::DomainKind::Retail,
+        "/nonexistent/tau2/retail",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        "τ²-bench data /nonexistent/tau2/retail: the retail domain folder does not exist"
+    );
+}

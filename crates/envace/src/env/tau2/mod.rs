@@ -26,7 +26,7 @@ pub mod task;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -146,6 +146,8 @@ pub struct Tau2Domain {
     splits: IndexMap<String, Vec<String>>,
     tools: Arc<ToolSet>,
     initial_texts: OnceLock<RecordTexts>,
+    /// State hash after each of the domain's own tasks' gold actions, filled on demand.
+    gold_hashes: Mutex<HashMap<String, String>>,
 }
 
 impl Tau2Domain {
@@ -194,6 +196,7 @@ impl Tau2Domain {
             splits,
             tools: Arc::new(ToolSet::new(specs)?),
             initial_texts: OnceLock::new(),
+            gold_hashes: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -302,14 +305,54 @@ impl Tau2Domain {
         sha256_hex(&out)
     }
 
-    /// A fresh environment in the initial state (no τ²-bench task of these two domains has an
-    /// initial state of its own).
+    /// A fresh environment in the domain's initial state.
     pub fn env(self: &Arc<Self>, seed: u64) -> Tau2Env {
         Tau2Env {
             domain: Arc::clone(self),
             db: self.initial.clone(),
             seed,
         }
+    }
+
+    /// A fresh environment for one task. The domains are deterministic, so the seed is only
+    /// recorded. No retail or airline task has an `initial_state`; one that does is refused
+    /// rather than silently started from the wrong state.
+    pub fn env_for_task(self: &Arc<Self>, task_id: &str, seed: u64) -> Result<Tau2Env> {
+        let tasks_path = self.dir.join("tasks.json");
+        let task = self.task(task_id).ok_or_else(|| Error::Tau2Data {
+            path: tasks_path.clone(),
+            message: format!("no task has id {task_id:?}"),
+        })?;
+        if task
+            .initial_state
+            .as_ref()
+            .is_some_and(|state| !state.is_null())
+        {
+            return Err(Error::Tau2Data {
+                path: tasks_path,
+                message: format!(
+                    "task {task_id:?} has an initial_state, which this rebuild does not apply"
+                ),
+            });
+        }
+        Ok(self.env(seed))
+    }
+
+    /// The state hash after a task's gold actions. For the domain's own tasks it is computed
+    /// once and remembered (grading many rollouts of a task replays the gold actions once).
+    pub fn gold_hash(self: &Arc<Self>, task: &Task) -> String {
+        let own = self.task(&task.id).is_some_and(|t| std::ptr::eq(t, task));
+        if own
+            && let Ok(hashes) = self.gold_hashes.lock()
+            && let Some(hash) = hashes.get(&task.id)
+        {
+            return hash.clone();
+        }
+        let hash = eval::replay_gold(self, task).env.state_hash();
+        if own && let Ok(mut hashes) = self.gold_hashes.lock() {
+            hashes.insert(task.id.clone(), hash.clone());
+        }
+        hash
     }
 }
 

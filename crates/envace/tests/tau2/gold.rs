@@ -53,8 +53,19 @@ fn sha256_hex(text: &str) -> String {
         .collect()
 }
 
-/// Replays every task and returns the mismatches (empty when all agree).
-fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (usize, Vec<String>) {
+/// What a domain's gold replays did, in counts.
+#[derive(Debug, Default)]
+struct Counts {
+    /// Gold actions that raised.
+    n_failed: usize,
+    /// Tasks whose final state equals the initial one.
+    n_unchanged: usize,
+    /// Tasks without gold actions.
+    n_without_actions: usize,
+}
+
+/// Replays every task and returns the counts and the mismatches (empty when all agree).
+fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (Counts, Vec<String>) {
     let expected = fixture(name);
     let mut problems = Vec::new();
     assert_eq!(
@@ -62,7 +73,7 @@ fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (usize, Vec<String>) {
         expected["initial"].hash,
         "{name}: initial state hash"
     );
-    let mut n_failed = 0;
+    let mut counts = Counts::default();
     for task in domain.tasks() {
         let want = expected
             .get(&task.id)
@@ -86,7 +97,8 @@ fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (usize, Vec<String>) {
                 ));
             }
         }
-        n_failed += failed.len();
+        counts.n_failed += failed.len();
+        counts.n_without_actions += usize::from(replay.outcomes.is_empty());
         if failed != want.failed {
             problems.push(format!(
                 "{name} task {}: failing actions {failed:?}, reference {:?}",
@@ -94,6 +106,7 @@ fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (usize, Vec<String>) {
             ));
         }
         let hash = replay.env.state_hash();
+        counts.n_unchanged += usize::from(hash == expected["initial"].hash);
         if hash != want.hash {
             problems.push(format!("{name} task {}: state hash differs", task.id));
         }
@@ -108,24 +121,29 @@ fn check_domain(domain: &Arc<Tau2Domain>, name: &str) -> (usize, Vec<String>) {
             ));
         }
     }
-    (n_failed, problems)
+    (counts, problems)
 }
 
 #[test]
 fn retail_gold_replays_match_the_reference() {
     let domain = retail();
     assert_eq!(domain.tasks().len(), 114);
-    let (n_failed, problems) = check_domain(domain, "retail");
+    let (counts, problems) = check_domain(domain, "retail");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    // The README's count: 18 failing gold actions, in 15 tasks.
-    assert_eq!(n_failed, 18);
+    // The data README's counts: 18 failing gold actions (in 15 tasks), 11 read-only tasks,
+    // 2 tasks without gold actions.
+    assert_eq!(counts.n_failed, 18);
+    assert_eq!(counts.n_unchanged, 11);
+    assert_eq!(counts.n_without_actions, 2);
 }
 
 #[test]
 fn airline_gold_replays_match_the_reference() {
     let domain = airline();
     assert_eq!(domain.tasks().len(), 50);
-    let (n_failed, problems) = check_domain(domain, "airline");
+    let (counts, problems) = check_domain(domain, "airline");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    assert_eq!(n_failed, 0);
+    assert_eq!(counts.n_failed, 0);
+    assert_eq!(counts.n_unchanged, 24);
+    assert_eq!(counts.n_without_actions, 7);
 }

@@ -25,6 +25,7 @@ pub mod retail;
 pub mod task;
 
 use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -135,7 +136,6 @@ fn write_table<T: Serialize + PartialEq>(
 }
 
 /// A loaded domain: initial database, tasks, policy, splits and tools.
-#[derive(Debug)]
 pub struct Tau2Domain {
     kind: DomainKind,
     name: String,
@@ -356,6 +356,18 @@ impl Tau2Domain {
     }
 }
 
+impl fmt::Debug for Tau2Domain {
+    // The database is megabytes: show a summary.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tau2Domain")
+            .field("name", &self.name)
+            .field("dir", &self.dir)
+            .field("n_tasks", &self.tasks.len())
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(|err| Error::io(path, err))?;
     serde_json::from_str(&text).map_err(|err| Error::Tau2Data {
@@ -365,11 +377,21 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 }
 
 /// A τ²-bench domain environment: its tools over a private copy of the database.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Tau2Env {
     domain: Arc<Tau2Domain>,
     db: Db,
     seed: u64,
+}
+
+impl fmt::Debug for Tau2Env {
+    // The database is megabytes: show a summary.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tau2Env")
+            .field("domain", &self.domain.name)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tau2Env {

@@ -11,7 +11,7 @@
 //! - one-stop search looks for the second leg on `2024-05-<day+1>` (no zero padding) when the
 //!   first leg arrives the next day (`+1` in its arrival time).
 
-use indexmap::IndexMap;
+use super::ordered_map::OrderedMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -97,9 +97,9 @@ pub enum FlightDateStatus {
     #[serde(rename = "available")]
     Available {
         /// Seats left per cabin.
-        available_seats: IndexMap<String, i64>,
+        available_seats: OrderedMap<i64>,
         /// Price per cabin.
-        prices: IndexMap<String, i64>,
+        prices: OrderedMap<i64>,
     },
     /// Has landed.
     #[serde(rename = "landed")]
@@ -166,7 +166,7 @@ pub struct Flight {
     /// Arrival time, HH:MM:SS EST (`+1` when the next day).
     pub scheduled_arrival_time_est: String,
     /// Date → state.
-    pub dates: IndexMap<String, FlightDateStatus>,
+    pub dates: OrderedMap<FlightDateStatus>,
 }
 
 /// One flight of a reservation.
@@ -207,7 +207,7 @@ pub struct User {
     /// Date of birth.
     pub dob: String,
     /// Payment method id → method.
-    pub payment_methods: IndexMap<String, PaymentMethod>,
+    pub payment_methods: OrderedMap<PaymentMethod>,
     /// Saved passengers.
     pub saved_passengers: Vec<Passenger>,
     /// `gold`, `silver` or `regular`.
@@ -255,17 +255,17 @@ pub struct Reservation {
 #[serde(deny_unknown_fields)]
 pub struct AirlineDb {
     /// Flight number → flight.
-    pub flights: IndexMap<String, Flight>,
+    pub flights: OrderedMap<Flight>,
     /// User id → user.
-    pub users: IndexMap<String, User>,
+    pub users: OrderedMap<User>,
     /// Reservation id → reservation.
-    pub reservations: IndexMap<String, Reservation>,
+    pub reservations: OrderedMap<Reservation>,
 }
 
 type ToolResult = Result<Value, String>;
 
 /// Seats or prices per cabin class.
-type CabinCounts = IndexMap<String, i64>;
+type CabinCounts = OrderedMap<i64>;
 
 const NEW_RESERVATION_IDS: [&str; 3] = ["HATHAT", "HATHAU", "HATHAV"];
 const NEW_CERTIFICATE_IDS: [&str; 3] = [

@@ -21,6 +21,7 @@
 pub mod airline;
 mod calc;
 pub mod eval;
+pub mod ordered_map;
 pub mod retail;
 pub mod task;
 
@@ -29,7 +30,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use indexmap::IndexMap;
+use ordered_map::OrderedMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -100,7 +101,7 @@ fn sha256_hex(text: &str) -> String {
 /// sorted table order, from record key to the record's text.
 type RecordTexts = Vec<HashMap<String, String>>;
 
-fn record_texts<T: Serialize>(table: &IndexMap<String, T>) -> HashMap<String, String> {
+fn record_texts<T: Serialize>(table: &OrderedMap<T>) -> HashMap<String, String> {
     table
         .iter()
         .map(|(key, record)| (key.clone(), canonical_text(record)))
@@ -112,8 +113,8 @@ fn record_texts<T: Serialize>(table: &IndexMap<String, T>) -> HashMap<String, St
 fn write_table<T: Serialize + PartialEq>(
     out: &mut String,
     name: &str,
-    current: &IndexMap<String, T>,
-    initial: &IndexMap<String, T>,
+    current: &OrderedMap<T>,
+    initial: &OrderedMap<T>,
     cache: &HashMap<String, String>,
 ) {
     out.push_str(&pyjson::quote(name));
@@ -143,7 +144,7 @@ pub struct Tau2Domain {
     initial: Db,
     tasks: Vec<Task>,
     policy: String,
-    splits: IndexMap<String, Vec<String>>,
+    splits: OrderedMap<Vec<String>>,
     tools: Arc<ToolSet>,
     initial_texts: OnceLock<RecordTexts>,
     /// State hash after each of the domain's own tasks' gold actions, filled on demand.
@@ -171,8 +172,8 @@ impl Tau2Domain {
         let policy =
             std::fs::read_to_string(&policy_path).map_err(|err| Error::io(&policy_path, err))?;
         let splits_path = dir.join("split_tasks.json");
-        let splits: IndexMap<String, Vec<String>> = read_json(&splits_path)?;
-        for (split, ids) in &splits {
+        let splits: OrderedMap<Vec<String>> = read_json(&splits_path)?;
+        for (split, ids) in splits.iter() {
             if let Some(missing) = ids.iter().find(|id| !tasks.iter().any(|t| &t.id == *id)) {
                 return Err(Error::Tau2Data {
                     path: splits_path.clone(),
@@ -231,7 +232,7 @@ impl Tau2Domain {
     }
 
     /// Task ids per split (`train`, `test`, `base`).
-    pub fn splits(&self) -> &IndexMap<String, Vec<String>> {
+    pub fn splits(&self) -> &OrderedMap<Vec<String>> {
         &self.splits
     }
 

@@ -11,7 +11,7 @@
 //! - errors raised half way leave the changes made before them (the reference mutates live
 //!   records), e.g. a cancellation refunding a gift card before failing on a later payment.
 
-use indexmap::IndexMap;
+use super::ordered_map::OrderedMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
 
@@ -25,7 +25,7 @@ pub struct Variant {
     /// Item id.
     pub item_id: String,
     /// Option name → value.
-    pub options: IndexMap<String, String>,
+    pub options: OrderedMap<String>,
     /// Whether it is in stock.
     pub available: bool,
     /// Price.
@@ -40,7 +40,7 @@ pub struct Product {
     /// Product id.
     pub product_id: String,
     /// Item id → variant.
-    pub variants: IndexMap<String, Variant>,
+    pub variants: OrderedMap<Variant>,
 }
 
 /// A person's name.
@@ -111,7 +111,7 @@ pub struct User {
     /// Email.
     pub email: String,
     /// Payment method id → method.
-    pub payment_methods: IndexMap<String, PaymentMethod>,
+    pub payment_methods: OrderedMap<PaymentMethod>,
     /// Order ids.
     pub orders: Vec<String>,
 }
@@ -137,7 +137,7 @@ pub struct OrderItem {
     /// Price paid.
     pub price: f64,
     /// Options of the item.
-    pub options: IndexMap<String, String>,
+    pub options: OrderedMap<String>,
 }
 
 /// A payment or refund on an order.
@@ -196,11 +196,11 @@ pub struct Order {
 #[serde(deny_unknown_fields)]
 pub struct RetailDb {
     /// Product id → product.
-    pub products: IndexMap<String, Product>,
+    pub products: OrderedMap<Product>,
     /// User id → user.
-    pub users: IndexMap<String, User>,
+    pub users: OrderedMap<User>,
     /// Order id → order.
-    pub orders: IndexMap<String, Order>,
+    pub orders: OrderedMap<Order>,
 }
 
 type ToolResult = Result<Value, String>;

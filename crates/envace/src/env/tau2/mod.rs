@@ -17,6 +17,20 @@
 //! the text follows [`crate::env::pyjson`] (`", "`/`": "` separators, `\uXXXX` escapes, Python
 //! float `repr`, keys sorted by code point). The hash is the lower-case hex sha256 of the UTF-8
 //! bytes of that text.
+//!
+//! # Where this differs from the reference
+//!
+//! - Arguments are checked against each tool's JSON Schema before the tool runs. The reference
+//!   passes them to Python unchecked, so a wrong type there may be coerced (`"3"` for an int in a
+//!   nested pydantic model), fail with a Python `TypeError`/`KeyError` text, or be stored as given;
+//!   here it is `INVALID_PARAMETERS` and nothing changes. Integral floats (`2.0`) pass as integers
+//!   and are stored as ints, where the reference would store the float in the few fields it
+//!   assigns without validation (`total_baggages`, `nonfree_baggages`).
+//! - `calculate` keeps Python ints exact only within `i128`.
+//! - Case-insensitive look-ups use Rust's `to_lowercase`, which differs from Python's `lower()`
+//!   only for a few non-ASCII letters.
+//! - Task `initial_state` and env assertions are not supported; no retail or airline task has
+//!   either ([`Tau2Domain::env_for_task`] refuses such a task).
 
 pub mod airline;
 mod calc;

@@ -1,6 +1,8 @@
 //! Task rewards: gold trajectories score 1 on DB, COMMUNICATE and ACTION for every task;
 //! perturbed trajectories lose exactly the component they break; NL_ASSERTION is left to a
-//! judge; pass^k known answers.
+//! judge; pass^k known answers. The component values expected for the perturbed trajectories
+//! of airline task 7 and retail tasks 0 and 33 were also obtained from the reference evaluators
+//! (`EnvironmentEvaluator`, `CommunicateEvaluator`, `ActionEvaluator` at the fixtures' commit).
 
 use envace::env::tau2::eval::{
     Message, Reward, ToolCall, action_matches, evaluate, gold_trajectory, is_successful,
@@ -154,6 +156,8 @@ fn needs_judge_is_reported_for_nl_assertions() {
     let task = task(domain, "0");
     let report = evaluate(domain, task, &[]);
     assert_eq!(report.db_reward, 0.0);
+    assert_eq!(report.action_reward, 0.0);
+    assert_eq!(report.communicate_reward, 1.0);
     assert_eq!(
         report.reward,
         Reward::NeedsJudge {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use envace::env::tau2::{DomainKind, Tau2Domain, Tau2Env};
-use envace::env::{Environment, ToolOutcome, render_outcome};
+use envace::env::{Environment, ToolOutcome};
 use serde_json::Value;
 
 /// The τ²-bench data folder beside the repository (`../shared/benchmarks/tau2-bench`).
@@ -36,11 +36,6 @@ pub fn airline() -> &'static Arc<Tau2Domain> {
     static DOMAIN: OnceLock<Arc<Tau2Domain>> = OnceLock::new();
     DOMAIN
         .get_or_init(|| Tau2Domain::load(DomainKind::Airline, data_root().join("airline")).unwrap())
-}
-
-/// Calls a tool and renders the outcome as the agent sees it.
-pub fn show(env: &mut Tau2Env, name: &str, arguments: Value) -> String {
-    render_outcome(&env.call(name, &arguments))
 }
 
 /// Calls a tool that must fail and returns `CODE: message`.

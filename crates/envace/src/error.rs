@@ -77,6 +77,39 @@ pub enum Error {
         "cannot find a data directory for the run store on this platform; set ENVACE_HOME or pass --store FILE"
     )]
     NoDataDir,
+
+    /// A τ²-bench domain file (db.json, tasks.json, policy.md, split_tasks.json) is missing or
+    /// does not have the expected shape.
+    #[error("τ²-bench data {}: {message}", path.display())]
+    Tau2Data {
+        /// The file or folder at fault.
+        path: PathBuf,
+        /// What is missing or malformed, naming the record or field.
+        message: String,
+    },
+
+    /// A built-in tool's parameter schema does not compile as JSON Schema (a bug in the tool table).
+    #[error("tool {tool:?}: its parameter schema is not valid JSON Schema: {message}")]
+    ToolSchema {
+        /// The tool whose schema is at fault.
+        tool: String,
+        /// What the JSON Schema compiler said.
+        message: String,
+    },
+
+    /// pass^k was asked for with impossible counts (fewer trials than k, or more successes
+    /// than trials).
+    #[error("pass^k: {problem} (n_trials = {n_trials}, n_successes = {n_successes}, k = {k})")]
+    PassHatK {
+        /// What is wrong with the counts.
+        problem: &'static str,
+        /// Trials of the task.
+        n_trials: u64,
+        /// Successful trials.
+        n_successes: u64,
+        /// The k asked for.
+        k: u64,
+    },
 }
 
 impl Error {

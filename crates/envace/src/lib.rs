@@ -5,6 +5,7 @@
 //! `ARCHITECTURE.md` for the map. Modules land here as their issues bring real content.
 
 pub mod config;
+pub mod env;
 pub mod error;
 pub mod store;
 

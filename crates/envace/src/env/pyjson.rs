@@ -1,0 +1,228 @@
+//! Python-compatible JSON text: what CPython's `json.dumps` and `repr(float)` print.
+//!
+//! The τ²-bench reference shows tool results to the agent with `json.dumps(value, default=str)`
+//! and hashes its database with `json.dumps(state, sort_keys=True, default=str)`. Both use the
+//! default settings, which differ from `serde_json`'s compact output:
+//!
+//! - separators are `", "` between items and `": "` between a key and its value;
+//! - every non-ASCII character is escaped as `\uXXXX` (lower-case hex, UTF-16 surrogate pairs
+//!   above U+FFFF), and control characters as `\n`, `\t`, … or `\u00XX`;
+//! - floats are printed with Python's `repr`: the shortest digits that round-trip, always with a
+//!   `.0` when integral (`99.0`), in exponent form (`1e+16`, `1e-05`) when the decimal exponent is
+//!   below −4 or at least 16; integers print as integers. A JSON number therefore keeps the
+//!   int/float distinction it had in the record model (`serde_json` numbers built from `f64` are
+//!   floats, from `i64`/`u64` integers);
+//! - with `sort_keys` every object's keys are sorted by code point (Rust's `str` ordering is the
+//!   same); without it they keep their insertion order (`serde_json` is built with
+//!   `preserve_order`).
+
+use serde_json::Value;
+
+/// Python's `repr(x)` for a float: shortest round-trip digits, `.0` for integral values.
+pub fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
+    }
+    // `{:e}` gives the shortest round-trip digits as `d.ddde<exp>`.
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let sign = if x < 0.0 { "-" } else { "" };
+    if !(-4..16).contains(&exp) {
+        let mut out = String::from(sign);
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        out.push_str(&format!("{:02}", exp.abs()));
+        return out;
+    }
+    let mut out = String::from(sign);
+    if exp >= 0 {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            out.push_str(&digits);
+            out.extend(std::iter::repeat_n('0', int_len - digits.len()));
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..int_len]);
+            out.push('.');
+            out.push_str(&digits[int_len..]);
+        }
+    } else {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+        out.push_str(&digits);
+    }
+    out
+}
+
+/// Python's `json.dumps(value)` (default settings), optionally with `sort_keys=True`.
+pub fn dumps(value: &Value, sort_keys: bool) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value, sort_keys);
+    out
+}
+
+/// A string as a Python JSON string literal (quotes and `\uXXXX` escapes).
+pub fn quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    write_str(&mut out, text);
+    out
+}
+
+/// Python's `str(n)` for a JSON number as the reference holds it (int or float).
+pub fn number_str(number: &serde_json::Number) -> String {
+    if number.is_f64() {
+        number
+            .as_f64()
+            .map_or_else(|| number.to_string(), float_repr)
+    } else {
+        number.to_string()
+    }
+}
+
+fn write_value(out: &mut String, value: &Value, sort_keys: bool) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(number) => {
+            if number.is_f64() {
+                match number.as_f64() {
+                    Some(x) if x.is_nan() => out.push_str("NaN"),
+                    Some(x) if x.is_infinite() => {
+                        out.push_str(if x > 0.0 { "Infinity" } else { "-Infinity" })
+                    }
+                    Some(x) => out.push_str(&float_repr(x)),
+                    None => out.push_str(&number.to_string()),
+                }
+            } else {
+                out.push_str(&number.to_string());
+            }
+        }
+        Value::String(text) => write_str(out, text),
+        Value::Array(items) => {
+            out.push('[');
+            for (idx, item) in items.iter().enumerate() {
+                if idx > 0 {
+                    out.push_str(", ");
+                }
+                write_value(out, item, sort_keys);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            if sort_keys {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                write_entries(out, entries.into_iter(), sort_keys);
+            } else {
+                write_entries(out, map.iter(), sort_keys);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_entries<'a>(
+    out: &mut String,
+    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+    sort_keys: bool,
+) {
+    for (idx, (key, item)) in entries.enumerate() {
+        if idx > 0 {
+            out.push_str(", ");
+        }
+        write_str(out, key);
+        out.push_str(": ");
+        write_value(out, item, sort_keys);
+    }
+}
+
+/// A JSON string literal as Python writes it with `ensure_ascii=True`.
+fn write_str(out: &mut String, text: &str) {
+    out.push('"');
+    if text
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(ch),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in ch.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn float_repr_matches_python() {
+        let cases = [
+            (99.0, "99.0"),
+            (71.96000000000001, "71.96000000000001"),
+            (0.1, "0.1"),
+            (-2.5, "-2.5"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (1234567890123456.0, "1234567890123456.0"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.25e-7, "1.25e-07"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (100.0, "100.0"),
+            (123.456, "123.456"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(float_repr(x), want, "repr({x:?})");
+        }
+    }
+
+    #[test]
+    fn dumps_matches_python_defaults() {
+        let value = json!({"b": [1, 2.0, "é😀"], "a": null, "c": {"z": true, "y": "q\"\n\u{1}"}});
+        assert_eq!(
+            dumps(&value, false),
+            r#"{"b": [1, 2.0, "\u00e9\ud83d\ude00"], "a": null, "c": {"z": true, "y": "q\"\n\u0001"}}"#
+        );
+        assert_eq!(
+            dumps(&value, true),
+            r#"{"a": null, "b": [1, 2.0, "\u00e9\ud83d\ude00"], "c": {"y": "q\"\n\u0001", "z": true}}"#
+        );
+        assert_eq!(dumps(&json!([]), false), "[]");
+        assert_eq!(dumps(&json!({}), true), "{}");
+    }
+}

@@ -68,6 +68,55 @@ pub enum Error {
         "cannot find a data directory for the run store on this platform; set ENVACE_HOME or pass --store FILE"
     )]
     NoDataDir,
+
+    /// A tensor operation of the policy model failed (shape, dtype or device mismatch, or an
+    /// out-of-memory on the device).
+    #[error("model {context}: {source}")]
+    Candle {
+        /// What the model was doing, e.g. `qwen3 training forward`.
+        context: String,
+        /// What candle said.
+        source: candle_core::Error,
+    },
+
+    /// A model `config.json` (or a tiny model config) is invalid or describes something this
+    /// build does not implement.
+    #[error("{source_name}: {message}")]
+    ModelConfig {
+        /// The file (or config section) at fault, with the field when known.
+        source_name: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// Model weights are missing, malformed or of the wrong shape.
+    #[error("{}: {message}", path.display())]
+    Weights {
+        /// The weights file or model folder at fault.
+        path: PathBuf,
+        /// What is wrong, naming the tensor.
+        message: String,
+    },
+
+    /// A compute backend was asked for that this build does not include.
+    #[error(
+        "the {backend} backend is not compiled into this build; rebuild with `--features {feature}` or choose `device = \"cpu\"`"
+    )]
+    BackendNotCompiled {
+        /// The backend asked for, e.g. `cuda`.
+        backend: &'static str,
+        /// The cargo feature that enables it.
+        feature: &'static str,
+    },
+
+    /// A compiled-in device could not be opened.
+    #[error("cannot open {device}: {message}")]
+    DeviceUnavailable {
+        /// The device asked for, e.g. `cuda:1`.
+        device: String,
+        /// What the driver said.
+        message: String,
+    },
 }
 
 impl Error {
@@ -75,6 +124,14 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
+            source,
+        }
+    }
+
+    /// Wraps a candle error with what the model was doing.
+    pub fn candle(context: impl Into<String>, source: candle_core::Error) -> Self {
+        Error::Candle {
+            context: context.into(),
             source,
         }
     }

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod error;
+pub mod model;
 pub mod store;
 
 pub use error::{Error, Result};

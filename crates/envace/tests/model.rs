@@ -525,6 +525,7 @@ fn adamw_step_lowers_the_loss(device: &Device) {
             weight_decay: 0.0,
             ..Default::default()
         };
+        let frozen = policy.deep_copy().unwrap();
         let mut opt = AdamW::new(policy.trainable_vars(), params).unwrap();
         let mut losses = Vec::new();
         for _ in 0..10 {
@@ -542,6 +543,27 @@ fn adamw_step_lowers_the_loss(device: &Device) {
             "{arch:?}: {losses:?}"
         );
         assert!(losses[10] < 0.8 * losses[0], "{arch:?}: {losses:?}");
+
+        // The deep copy (a frozen reference policy) did not move.
+        assert_eq!(
+            scalar(&sft_loss(&frozen, &input, &labels, &mask)),
+            losses[0]
+        );
+        // The generation path reads the updated weights.
+        let mut cache = KvCache::new();
+        let generated = policy
+            .forward_cached(&input, Some(&mask), &mut cache)
+            .unwrap();
+        let trained = policy
+            .forward_train(&input, Some(&mask))
+            .unwrap()
+            .i((.., 5, ..))
+            .unwrap();
+        let diff = max_abs_diff(&generated, &trained);
+        assert!(
+            diff < 1e-5,
+            "{arch:?}: generation and training paths differ by {diff} after training"
+        );
     }
 }
 test_device!(
@@ -607,6 +629,51 @@ test_device!(
     save_load_round_trip,
     save_load_round_trip_cpu,
     save_load_round_trip_cuda
+);
+
+fn half_precision_runs_and_trains(device: &Device) {
+    for (name, cfg) in parity_cases() {
+        let vocab = cfg.vocab_size;
+        let policy = random_policy(cfg, device, DType::F32, 17);
+        let dir = tempfile::tempdir().unwrap();
+        policy.save(dir.path()).unwrap();
+        let input = ids(&[Rng(3).tokens(8, vocab), Rng(4).tokens(8, vocab)], device);
+        let full = policy.forward_train(&input, None).unwrap();
+        let scale = full.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
+        let scale = scalar(&scale);
+        for dtype in [DType::BF16, DType::F16] {
+            let half = Policy::load(dir.path(), device, dtype).unwrap();
+            let logits = half.forward_train(&input, None).unwrap();
+            assert_eq!(logits.dtype(), dtype);
+            let diff = max_abs_diff(&logits, &full);
+            eprintln!(
+                "{name} {dtype:?}: training logits within {diff:.3} of f32 (largest {scale:.2})"
+            );
+            assert!(
+                diff < 0.05 * scale,
+                "{name} {dtype:?}: training logits off by {diff} (scale {scale})"
+            );
+            let mut cache = KvCache::new();
+            let last = half.forward_cached(&input, None, &mut cache).unwrap();
+            let diff = max_abs_diff(&last, &full.i((.., 7, ..)).unwrap());
+            assert!(
+                diff < 0.05 * scale,
+                "{name} {dtype:?}: generation logits off by {diff} (scale {scale})"
+            );
+            let (input, labels, mask) = sft_batch(vocab, device);
+            let grads = sft_loss(&half, &input, &labels, &mask).backward().unwrap();
+            let missing = half.params_without_gradient(&grads).unwrap();
+            assert!(
+                missing.is_empty(),
+                "{name} {dtype:?}: no gradient for {missing:?}"
+            );
+        }
+    }
+}
+test_device!(
+    half_precision_runs_and_trains,
+    half_precision_runs_and_trains_cpu,
+    half_precision_runs_and_trains_cuda
 );
 
 /// Errors name the file and the tensor or field at fault.

@@ -826,23 +826,14 @@ impl Policy {
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let mut positions = Vec::with_capacity(b * l);
-        let mut allowed = vec![0u8; b * l * l];
-        for row in 0..b {
-            let row_mask = &mask[row * l..(row + 1) * l];
+        for row_mask in mask.chunks(l.max(1)) {
             let mut n_real = 0u32;
-            for (i, &real) in row_mask.iter().enumerate() {
+            for &real in row_mask {
                 positions.push(n_real);
-                if real != 0 {
-                    n_real += 1;
-                }
-                for (j, &key_real) in row_mask.iter().enumerate().take(i + 1) {
-                    if j == i || key_real != 0 {
-                        allowed[(row * l + i) * l + j] = 1;
-                    }
-                }
+                n_real += u32::from(real != 0);
             }
         }
-        self.run(Mode::Train, input_ids, &positions, allowed, (b, l, l), None)
+        self.run(Mode::Train, input_ids, positions, mask, 0, None)
             .map_err(|e| Error::candle(&context, e))
     }
 
@@ -873,33 +864,21 @@ impl Policy {
             ));
         }
         let past = cache.len();
-        let t = past + l;
         let mut positions = Vec::with_capacity(b * l);
-        let mut allowed = vec![0u8; b * l * t];
-        for row in 0..b {
-            let row_mask = &mask[row * l..(row + 1) * l];
+        for (row, row_mask) in mask.chunks(l.max(1)).enumerate() {
             for &real in row_mask {
                 positions.push(cache.next_pos[row]);
-                if real != 0 {
-                    cache.next_pos[row] += 1;
-                }
+                cache.next_pos[row] += u32::from(real != 0);
                 cache.key_mask[row].push(real);
             }
-            let keys = &cache.key_mask[row];
-            for i in 0..l {
-                for (j, &key_real) in keys.iter().enumerate().take(past + i + 1) {
-                    if j == past + i || key_real != 0 {
-                        allowed[(row * l + i) * t + j] = 1;
-                    }
-                }
-            }
         }
+        let key_mask: Vec<u8> = cache.key_mask.concat();
         self.run(
             Mode::Generate,
             input_ids,
-            &positions,
-            allowed,
-            (b, l, t),
+            positions,
+            key_mask,
+            past,
             Some(&mut cache.layers),
         )
         .and_then(|logits| logits.squeeze(1)?.to_dtype(DType::F32))
@@ -956,12 +935,13 @@ impl Policy {
         &self,
         mode: Mode,
         input_ids: &Tensor,
-        positions: &[u32],
-        allowed: Vec<u8>,
-        (b, l, t): (usize, usize, usize),
+        positions: Vec<u32>,
+        key_mask: Vec<u8>,
+        past: usize,
         cache: Option<&mut Vec<LayerKv>>,
     ) -> candle_core::Result<Tensor> {
-        let step = self.step(mode, positions, allowed, (b, l, t))?;
+        let (b, l) = input_ids.dims2()?;
+        let step = self.step(mode, positions, key_mask, past, (b, l))?;
         let detached;
         let (embed, layers, norm, lm_head) = match mode {
             Mode::Train => (
@@ -1003,33 +983,48 @@ impl Policy {
         layers::linear(&x, &lm_head)
     }
 
-    /// The rotary tables and attention mask of one forward pass.
+    /// The rotary tables and attention mask of one forward pass, built on the device:
+    /// `positions` holds the position of each of the `b * l` new tokens, `key_mask` says which
+    /// of the `b * (past + l)` keys are real tokens.
     fn step(
         &self,
         mode: Mode,
-        positions: &[u32],
-        allowed: Vec<u8>,
-        (b, l, t): (usize, usize, usize),
+        positions: Vec<u32>,
+        key_mask: Vec<u8>,
+        past: usize,
+        (b, l): (usize, usize),
     ) -> candle_core::Result<Step> {
+        let dev = &self.device;
         let half = self.inv_freq.len();
-        // Training repeats the halves up front (rotate-half layout); the fused kernel wants them once.
-        let width = if mode == Mode::Train { 2 * half } else { half };
-        let mut cos = Vec::with_capacity(positions.len() * width);
-        let mut sin = Vec::with_capacity(positions.len() * width);
-        for &pos in positions {
-            for k in 0..width {
-                let angle = f64::from(pos) * self.inv_freq[k % half];
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        let shape: Vec<usize> = match mode {
-            Mode::Train => vec![b, 1, l, width],
-            Mode::Generate => vec![b, l, width],
+        // Angles in f32 as the reference implementations compute them (f64 for f64 models).
+        let table_dtype = if self.dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
         };
-        let cos = Tensor::from_vec(cos, shape.as_slice(), &self.device)?.to_dtype(self.dtype)?;
-        let sin = Tensor::from_vec(sin, shape.as_slice(), &self.device)?.to_dtype(self.dtype)?;
-        let allowed = Tensor::from_vec(allowed, (b, 1, l, t), &self.device)?;
+        let pos = Tensor::from_vec(positions, (b * l, 1), dev)?.to_dtype(table_dtype)?;
+        let inv_freq =
+            Tensor::from_vec(self.inv_freq.clone(), (1, half), dev)?.to_dtype(table_dtype)?;
+        let angles = pos.broadcast_mul(&inv_freq)?;
+        let angles = match mode {
+            // The rotate-half layout repeats the halves; the fused kernel wants them once.
+            Mode::Train => Tensor::cat(&[&angles, &angles], 1)?.reshape((b, 1, l, 2 * half))?,
+            Mode::Generate => angles.reshape((b, l, half))?,
+        };
+        let cos = angles.cos()?.to_dtype(self.dtype)?;
+        let sin = angles.sin()?.to_dtype(self.dtype)?;
+
+        // Query i (absolute index past + i) sees real keys up to itself, and always itself, so
+        // that a padding query has a finite softmax.
+        let t = past + l;
+        let key_real = Tensor::from_vec(key_mask, (b, 1, 1, t), dev)?;
+        let key_idx = Tensor::arange(0u32, t as u32, dev)?.reshape((1, t))?;
+        let query_idx = Tensor::arange(past as u32, t as u32, dev)?.reshape((l, 1))?;
+        let causal = key_idx.broadcast_le(&query_idx)?;
+        let itself = key_idx.broadcast_eq(&query_idx)?;
+        let allowed = causal
+            .broadcast_mul(&key_real)?
+            .broadcast_maximum(&itself)?;
         Ok(Step {
             mode,
             cos,

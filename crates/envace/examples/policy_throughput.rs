@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (n_steps * batch * seq) as f64 / secs
     );
 
-    let n_new = 64;
+    let n_new = 256;
     for batch in [1usize, 8] {
         let prompts: Vec<Vec<u32>> = (0..batch)
             .map(|row| (0..16).map(|i| (row as u32 * 31 + i * 7) % vocab).collect())

@@ -354,6 +354,55 @@ test_device!(
     left_padded_batch_matches_rows_alone_cuda
 );
 
+fn forked_cache_continues_independently(device: &Device) {
+    let cfg = tiny(Architecture::Qwen3, true, false);
+    let vocab = cfg.vocab_size;
+    let policy = random_policy(cfg, device, DType::F32, 6);
+    let mut rng = Rng(13);
+    // 60 + 2 steps stays inside the first buffer; 70 + 2 steps makes it grow on the way.
+    for prefix_len in [60, 70] {
+        let prefix = ids(
+            &[rng.tokens(prefix_len, vocab), rng.tokens(prefix_len, vocab)],
+            device,
+        );
+        let branches = [
+            [vec![1], vec![2], vec![5], vec![6]],
+            [vec![3], vec![4], vec![7], vec![8]],
+        ]
+        .map(|rows| (ids(&rows[..2], device), ids(&rows[2..], device)));
+        let mut cache = KvCache::new();
+        policy.forward_cached(&prefix, None, &mut cache).unwrap();
+        let mut caches = [cache.fork().unwrap(), cache];
+        // Interleave the branches so that shared buffers would overwrite each other.
+        let mut got = Vec::new();
+        for (branch, (first, _)) in caches.iter_mut().zip(&branches) {
+            policy.forward_cached(first, None, branch).unwrap();
+        }
+        for (branch, (_, second)) in caches.iter_mut().zip(&branches) {
+            got.push(policy.forward_cached(second, None, branch).unwrap());
+            assert_eq!(branch.len(), prefix_len + 2);
+        }
+        for (got, (first, second)) in got.iter().zip(&branches) {
+            let whole = Tensor::cat(&[&prefix, first, second], 1).unwrap();
+            let expected = policy
+                .forward_train(&whole, None)
+                .unwrap()
+                .i((.., prefix_len + 1, ..))
+                .unwrap();
+            let diff = max_abs_diff(got, &expected);
+            assert!(
+                diff < 1e-5,
+                "prefix {prefix_len}: a branch differs from the whole sequence by {diff}"
+            );
+        }
+    }
+}
+test_device!(
+    forked_cache_continues_independently,
+    forked_cache_continues_independently_cpu,
+    forked_cache_continues_independently_cuda
+);
+
 /// A fixed SFT-style batch: one right-padded and one left-padded row.
 fn sft_batch(vocab: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
     let mut rng = Rng(5);

@@ -71,39 +71,59 @@ pub(crate) fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> R
     linear(&h, down)
 }
 
-/// Repeats each key/value head `n_rep` times so that `(b, kv_heads, t, d)` lines up with the
-/// query heads: query head `i` reads key/value head `i / n_rep`.
-fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
-    if n_rep == 1 {
-        return Ok(x.clone());
-    }
-    let (b, n_kv, t, d) = x.dims4()?;
-    let copies = vec![x; n_rep];
-    Tensor::cat(&copies, 2)?.reshape((b, n_kv * n_rep, t, d))
-}
-
-/// The keys and values one layer has seen so far, `(b, kv_heads, t, head_dim)` each.
-#[derive(Debug, Clone, Default)]
+/// The keys and values one layer has seen so far: `(b, kv_heads, capacity, head_dim)` buffers
+/// of which the first `len` positions are filled. They grow by doubling, so a decode step
+/// writes only its new position instead of copying the whole cache.
+#[derive(Debug, Default)]
 pub(crate) struct LayerKv {
-    kv: Option<(Tensor, Tensor)>,
+    buffers: Option<(Tensor, Tensor)>,
+    len: usize,
 }
 
 impl LayerKv {
+    /// Appends `k, v: (b, kv_heads, l, d)` and returns views of everything cached so far.
     fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (k, v) = match &self.kv {
-            None => (k.contiguous()?, v.contiguous()?),
-            Some((k_past, v_past)) => (
-                Tensor::cat(&[k_past, k], 2)?.contiguous()?,
-                Tensor::cat(&[v_past, v], 2)?.contiguous()?,
-            ),
+        let (b, n_kv, l, d) = k.dims4()?;
+        let needed = self.len + l;
+        let capacity = self.buffers.as_ref().map_or(0, |(k, _)| k.dims()[2]);
+        if needed > capacity {
+            let new_capacity = needed.max(2 * capacity).max(64);
+            let k_new = Tensor::zeros((b, n_kv, new_capacity, d), k.dtype(), k.device())?;
+            let v_new = Tensor::zeros((b, n_kv, new_capacity, d), v.dtype(), v.device())?;
+            if let Some((k_old, v_old)) = &self.buffers {
+                k_new.slice_set(&k_old.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                v_new.slice_set(&v_old.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+            }
+            self.buffers = Some((k_new, v_new));
+        }
+        let Some((k_buf, v_buf)) = &self.buffers else {
+            candle_core::bail!("the key/value cache has no buffers")
         };
-        self.kv = Some((k.clone(), v.clone()));
-        Ok((k, v))
+        k_buf.slice_set(&k.contiguous()?, 2, self.len)?;
+        v_buf.slice_set(&v.contiguous()?, 2, self.len)?;
+        self.len = needed;
+        Ok((k_buf.narrow(2, 0, needed)?, v_buf.narrow(2, 0, needed)?))
+    }
+
+    /// An independent copy (the buffers are written in place, so clones must not share them).
+    pub(crate) fn deep_copy(&self) -> Result<LayerKv> {
+        let buffers = match &self.buffers {
+            None => None,
+            Some((k, v)) => Some((k.copy()?, v.copy()?)),
+        };
+        Ok(LayerKv {
+            buffers,
+            len: self.len,
+        })
     }
 }
 
 /// Scaled dot-product attention of `q: (b, h, l, d)` over `k, v: (b, kv_heads, l, d)` (plus the
 /// cached keys and values when `kv` is given), masked by `step.allowed`; returns `(b, l, h * d)`.
+///
+/// Grouped-query attention without copying keys and values per query head: the `h / kv_heads`
+/// query heads that share a key/value head are stacked along the sequence axis, so one batched
+/// matmul per key/value head serves them all.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -113,14 +133,18 @@ pub(crate) fn attention(
 ) -> Result<Tensor> {
     let (b, n_heads, l, head_dim) = q.dims4()?;
     let n_kv_heads = k.dim(1)?;
+    let n_rep = n_heads / n_kv_heads;
     let (k, v) = match kv {
         Some(cache) => cache.append(k, v)?,
-        None => (k.clone(), v.clone()),
+        // Views of the cache buffers are laid out as matmul wants; a fresh `v` is a transpose.
+        None => (k.clone(), v.contiguous()?),
     };
-    let k = repeat_kv(&k, n_heads / n_kv_heads)?;
-    let v = repeat_kv(&v, n_heads / n_kv_heads)?;
+    let t = k.dim(2)?;
     let scale = 1.0 / (head_dim as f64).sqrt();
-    let scores = (q.contiguous()?.matmul(&k.t()?)? * scale)?;
+    let q = q
+        .contiguous()?
+        .reshape((b, n_kv_heads, n_rep * l, head_dim))?;
+    let scores = (q.matmul(&k.t()?)? * scale)?.reshape((b, n_heads, l, t))?;
     let allowed = step.allowed.broadcast_as(scores.shape())?;
     let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?
         .to_dtype(scores.dtype())?
@@ -131,7 +155,9 @@ pub(crate) fn attention(
         Mode::Generate => candle_nn::ops::softmax_last_dim(&scores)?,
     };
     probs
-        .matmul(&v.contiguous()?)?
+        .reshape((b, n_kv_heads, n_rep * l, t))?
+        .matmul(&v)?
+        .reshape((b, n_heads, l, head_dim))?
         .transpose(1, 2)?
         .reshape((b, l, n_heads * head_dim))
 }

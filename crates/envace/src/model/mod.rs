@@ -531,7 +531,8 @@ impl Layer {
 
 /// The keys and values a batch has seen, per layer, plus each row's padding mask and next
 /// position. Start with [`KvCache::new`] (or `default`); [`Policy::forward_cached`] fills it.
-#[derive(Debug, Clone, Default)]
+/// It is written in place: use [`KvCache::fork`] to branch from a shared prefix.
+#[derive(Debug, Default)]
 pub struct KvCache {
     layers: Vec<LayerKv>,
     /// `key_mask[row][t]`: 1 where key `t` of `row` is a real token.
@@ -559,6 +560,21 @@ impl KvCache {
     /// Rows in the batch this cache belongs to (0 before the first forward).
     pub fn batch_size(&self) -> usize {
         self.key_mask.len()
+    }
+
+    /// An independent copy, to continue two ways from the same prefix.
+    pub fn fork(&self) -> Result<KvCache> {
+        let layers = self
+            .layers
+            .iter()
+            .map(LayerKv::deep_copy)
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(|e| Error::candle("forking the KV cache", e))?;
+        Ok(KvCache {
+            layers,
+            key_mask: self.key_mask.clone(),
+            next_pos: self.next_pos.clone(),
+        })
     }
 }
 
@@ -851,7 +867,7 @@ impl Policy {
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         if cache.key_mask.is_empty() {
-            cache.layers = vec![LayerKv::default(); self.cfg.n_layers];
+            cache.layers = (0..self.cfg.n_layers).map(|_| LayerKv::default()).collect();
             cache.key_mask = vec![Vec::new(); b];
             cache.next_pos = vec![0; b];
         } else if cache.batch_size() != b {

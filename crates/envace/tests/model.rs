@@ -12,7 +12,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use candle_transformers::models::{llama as ref_llama, qwen3 as ref_qwen3};
 use envace::Error;
 use envace::config::{self, Architecture};
-use envace::model::{self, KvCache, Policy, RopeScaling, TransformerConfig};
+use envace::model::{self, KvCache, Policy, RopeScaling, Sampling, TransformerConfig};
 use expect_test::expect;
 
 /// Runs one test body per compiled device: the CPU always, CUDA in `--features cuda` builds.
@@ -352,6 +352,76 @@ test_device!(
     left_padded_batch_matches_rows_alone,
     left_padded_batch_matches_rows_alone_cpu,
     left_padded_batch_matches_rows_alone_cuda
+);
+
+fn sampling_reports_the_policy_logprobs(device: &Device) {
+    for arch in [Architecture::Qwen3, Architecture::Llama] {
+        let cfg = tiny(arch, false, false);
+        let vocab = cfg.vocab_size;
+        let policy = random_policy(cfg, device, DType::F32, 9);
+        let mut rng = Rng(21);
+        let prompts: Vec<Vec<u32>> = [4, 9, 1].iter().map(|&n| rng.tokens(n, vocab)).collect();
+        let n_new = 10;
+        let sampling = |temperature: f64, top_p: f64, top_k: usize, seed: u64| Sampling {
+            temperature,
+            top_p,
+            top_k,
+            seed,
+        };
+
+        // Temperature 0, top-k 1 and a vanishing nucleus are greedy.
+        let greedy = policy.generate_greedy(&prompts, n_new, &[]).unwrap();
+        for choice in [
+            sampling(0.0, 1.0, 0, 5),
+            sampling(1.0, 1.0, 1, 5),
+            sampling(1.0, 1e-9, 0, 5),
+        ] {
+            let got = policy.generate(&prompts, n_new, &[], &choice).unwrap();
+            let tokens: Vec<Vec<u32>> = got.into_iter().map(|g| g.tokens).collect();
+            assert_eq!(tokens, greedy, "{arch:?} {choice:?}");
+        }
+
+        // Sampling is reproducible per seed and differs between seeds.
+        let hot = sampling(1.5, 0.95, 0, 1);
+        let first = policy.generate(&prompts, n_new, &[], &hot).unwrap();
+        assert_eq!(first, policy.generate(&prompts, n_new, &[], &hot).unwrap());
+        let other = policy
+            .generate(&prompts, n_new, &[], &sampling(1.5, 0.95, 0, 2))
+            .unwrap();
+        assert_ne!(first, other, "{arch:?}: two seeds gave the same samples");
+        assert_ne!(
+            first.iter().map(|g| g.tokens.clone()).collect::<Vec<_>>(),
+            greedy,
+            "{arch:?}: sampling at temperature 1.5 was greedy"
+        );
+
+        // The reported log-probabilities are the training forward's, token by token.
+        for (prompt, generated) in prompts.iter().zip(&first) {
+            let whole: Vec<u32> = prompt.iter().chain(&generated.tokens).copied().collect();
+            let logits = policy
+                .forward_train(&ids(std::slice::from_ref(&whole), device), None)
+                .unwrap();
+            let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)
+                .unwrap()
+                .squeeze(0)
+                .unwrap();
+            let logp = logp.to_vec2::<f32>().unwrap();
+            for (idx, (&token, &reported)) in
+                generated.tokens.iter().zip(&generated.logprobs).enumerate()
+            {
+                let expected = logp[prompt.len() - 1 + idx][token as usize];
+                assert!(
+                    (expected - reported).abs() < 1e-4,
+                    "{arch:?} token {idx}: generation reports {reported}, training computes {expected}"
+                );
+            }
+        }
+    }
+}
+test_device!(
+    sampling_reports_the_policy_logprobs,
+    sampling_reports_the_policy_logprobs_cpu,
+    sampling_reports_the_policy_logprobs_cuda
 );
 
 fn forked_cache_continues_independently(device: &Device) {

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use candle_core::backprop::GradStore;
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use serde_json::{Map, Value};
 
 use crate::config::{self, Architecture, TinyModelConfig};
@@ -578,6 +578,90 @@ impl KvCache {
     }
 }
 
+/// How [`Policy::generate`] picks each next token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// Softmax temperature; 0 picks the most likely token (greedy).
+    pub temperature: f64,
+    /// Nucleus sampling: keep the most likely tokens whose probabilities sum to at least this.
+    pub top_p: f64,
+    /// Keep only the `top_k` most likely tokens; 0 keeps all.
+    pub top_k: usize,
+    /// Seed; row `r` of a call draws from its own stream derived from `(seed, r)`.
+    pub seed: u64,
+}
+
+impl Sampling {
+    /// Always the most likely token.
+    pub fn greedy() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        }
+    }
+
+    /// The next token of one row and its log-probability at temperature 1.
+    fn pick(&self, logits: &[f32], rng: &mut SplitMix64) -> (u32, f32) {
+        let value = |idx: usize| {
+            let v = f64::from(logits[idx]);
+            if v.is_nan() { f64::NEG_INFINITY } else { v }
+        };
+        let max = (0..logits.len())
+            .map(value)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let log_sum = max
+            + (0..logits.len())
+                .map(|idx| (value(idx) - max).exp())
+                .sum::<f64>()
+                .ln();
+        let argmax = (0..logits.len())
+            .find(|&idx| value(idx) == max)
+            .unwrap_or(0);
+        let token = if self.temperature <= 0.0 || self.top_k == 1 {
+            argmax
+        } else {
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            order.sort_by(|&a, &b| value(b).total_cmp(&value(a)));
+            if self.top_k > 0 {
+                order.truncate(self.top_k);
+            }
+            let weights: Vec<f64> = order
+                .iter()
+                .map(|&idx| ((value(idx) - max) / self.temperature).exp())
+                .collect();
+            let total: f64 = weights.iter().sum();
+            let mut kept = 0;
+            let mut mass = 0.0;
+            while kept < order.len() && (kept == 0 || mass < self.top_p * total) {
+                mass += weights[kept];
+                kept += 1;
+            }
+            let mut target = rng.uniform() * mass;
+            let mut choice = order[kept - 1];
+            for (&idx, &weight) in order.iter().zip(&weights).take(kept) {
+                if target <= weight {
+                    choice = idx;
+                    break;
+                }
+                target -= weight;
+            }
+            choice
+        };
+        (token as u32, (value(token) - log_sum) as f32)
+    }
+}
+
+/// What [`Policy::generate`] produced for one prompt.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Generated {
+    /// The new tokens, a stop token included.
+    pub tokens: Vec<u32>,
+    /// The log-probability of each new token under the policy (temperature 1, untruncated).
+    pub logprobs: Vec<f32>,
+}
+
 /// A trainable decoder-only transformer (Qwen3 or Llama) with its parameters.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -909,6 +993,21 @@ impl Policy {
         max_new_tokens: usize,
         stop_tokens: &[u32],
     ) -> Result<Vec<Vec<u32>>> {
+        let generated = self.generate(prompts, max_new_tokens, stop_tokens, &Sampling::greedy())?;
+        Ok(generated.into_iter().map(|g| g.tokens).collect())
+    }
+
+    /// Decodes a batch of prompts (left-padded together) with `sampling`, up to
+    /// `max_new_tokens` each; a row stops after emitting one of `stop_tokens` (which is kept).
+    /// Each token comes with its log-probability under the policy itself (temperature 1, no
+    /// truncation), the quantity a policy-gradient update compares against.
+    pub fn generate(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+        sampling: &Sampling,
+    ) -> Result<Vec<Generated>> {
         if let Some(idx) = prompts.iter().position(Vec::is_empty) {
             return Err(Error::Data {
                 source_name: format!("generate, prompt {idx}"),
@@ -916,22 +1015,28 @@ impl Policy {
             });
         }
         let b = prompts.len();
-        let mut out = vec![Vec::new(); b];
+        let mut out = vec![Generated::default(); b];
         if b == 0 || max_new_tokens == 0 {
             return Ok(out);
         }
+        let mut rngs: Vec<SplitMix64> = (0..b as u64)
+            .map(|row| SplitMix64::new(sampling.seed ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03)))
+            .collect();
         let (ids, mask) = left_pad(prompts, 0, &self.device)?;
         let mut cache = KvCache::new();
         let mut logits = self.forward_cached(&ids, Some(&mask), &mut cache)?;
         let mut done = vec![false; b];
         for step_idx in 0..max_new_tokens {
-            let next = logits
-                .argmax(D::Minus1)
-                .and_then(|t| t.to_vec1::<u32>())
-                .map_err(|e| Error::candle("greedy decoding", e))?;
-            for (row, &token) in next.iter().enumerate() {
+            let rows = logits
+                .to_vec2::<f32>()
+                .map_err(|e| Error::candle("decoding", e))?;
+            let mut next = Vec::with_capacity(b);
+            for (row, row_logits) in rows.iter().enumerate() {
+                let (token, logprob) = sampling.pick(row_logits, &mut rngs[row]);
+                next.push(token);
                 if !done[row] {
-                    out[row].push(token);
+                    out[row].tokens.push(token);
+                    out[row].logprobs.push(logprob);
                     done[row] = stop_tokens.contains(&token);
                 }
             }
@@ -939,7 +1044,7 @@ impl Policy {
                 break;
             }
             let ids = Tensor::from_vec(next, (b, 1), &self.device)
-                .map_err(|e| Error::candle("greedy decoding", e))?;
+                .map_err(|e| Error::candle("decoding", e))?;
             logits = self.forward_cached(&ids, None, &mut cache)?;
         }
         Ok(out)

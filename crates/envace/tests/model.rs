@@ -229,6 +229,13 @@ fn parity_cases() -> Vec<(&'static str, TransformerConfig)> {
             "llama untied, llama3 rope scaling",
             tiny(Architecture::Llama, false, true),
         ),
+        (
+            "qwen3 without grouped-query attention",
+            TransformerConfig {
+                n_kv_heads: 4,
+                ..tiny(Architecture::Qwen3, true, false)
+            },
+        ),
     ]
 }
 
@@ -960,6 +967,8 @@ fn tiny_config_builds_a_model() {
     };
     let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
     assert_eq!(cfg.head_dim, 16);
+    fn shareable_across_threads<T: Send + Sync>() {}
+    shareable_across_threads::<Policy>();
     let policy = Policy::init(cfg, 0, &Device::Cpu, DType::F32).unwrap();
     // Embedding and head 2 x 300 x 64, per layer 4 x 64 x 64 attention (k, v at half width)
     // + 3 x 64 x 96 MLP + 2 x 64 norms, and the final norm.

@@ -662,7 +662,8 @@ pub struct Generated {
     pub logprobs: Vec<f32>,
 }
 
-/// A trainable decoder-only transformer (Qwen3 or Llama) with its parameters.
+/// A trainable decoder-only transformer (Qwen3 or Llama) with its parameters. A clone shares
+/// the parameters (an optimizer step shows in both); [`Policy::deep_copy`] does not.
 #[derive(Debug, Clone)]
 pub struct Policy {
     cfg: TransformerConfig,

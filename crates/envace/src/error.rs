@@ -117,6 +117,33 @@ pub enum Error {
         /// What the driver said.
         message: String,
     },
+
+    /// A model, tokenizer or template file that `cargo xtask setup` installs is not there.
+    #[error("{what} is missing: {} does not exist; run `cargo xtask setup` (or set ENVACE_CACHE_DIR to the folder that holds it)", path.display())]
+    MissingAsset {
+        /// The file expected.
+        path: PathBuf,
+        /// What it is, e.g. `the SmolLM2-135M-Instruct GGUF`.
+        what: String,
+    },
+
+    /// A tokenizer could not be loaded, built, trained or saved, or failed on a text.
+    #[error("tokenizer {source_name}: {message}")]
+    Tokenizer {
+        /// The tokenizer file (or how it was being built).
+        source_name: String,
+        /// What the tokenizers library said.
+        message: String,
+    },
+
+    /// A chat template failed to parse or render.
+    #[error("chat template {source_name}: {message}")]
+    ChatTemplate {
+        /// Where the template came from, e.g. `tokenizer_config.json`.
+        source_name: String,
+        /// What went wrong, with the template line when known.
+        message: String,
+    },
 }
 
 impl Error {

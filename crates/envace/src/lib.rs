@@ -8,5 +8,6 @@ pub mod config;
 pub mod error;
 pub mod model;
 pub mod store;
+pub mod tokenize;
 
 pub use error::{Error, Result};

@@ -16,9 +16,17 @@
 //! Both paths compute positions from the attention mask (`position = number of real tokens
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
+mod assets;
+mod gguf;
 mod layers;
 mod llama;
 mod qwen3;
+
+pub use assets::{
+    CACHE_DIR_ENV, QWEN3_TOKENIZER_DIR, SMOLLM2_GGUF, cache_dir, cached_file, qwen3_tokenizer_dir,
+    smollm2_gguf,
+};
+pub use gguf::{Gguf, QuantizedLlama, argmax, hf_name, unpermute_rope_rows};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

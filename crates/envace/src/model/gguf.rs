@@ -62,15 +62,16 @@ impl Gguf {
             ));
         }
         let usize_of = |key: &str| -> Result<usize> {
-            self.value(key)?
-                .to_u64()
-                .map(|v| v as usize)
-                .map_err(|e| self.error(key, &e.to_string()))
+            let value = self.value(key)?;
+            integer(value)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| self.error(key, &format!("{value:?} is not a count")))
         };
         let f64_or = |key: &str, default: f64| -> Result<f64> {
             match self.content.metadata.get(key) {
                 None => Ok(default),
-                Some(v) => v.to_f64().map_err(|e| self.error(key, &e.to_string())),
+                Some(value) => number(value)
+                    .ok_or_else(|| self.error(key, &format!("{value:?} is not a number"))),
             }
         };
         let hidden_size = usize_of("llama.embedding_length")?;
@@ -90,10 +91,10 @@ impl Gguf {
         let optional_u32 = |key: &str| -> Result<Option<u32>> {
             match self.content.metadata.get(key) {
                 None => Ok(None),
-                Some(v) => v
-                    .to_u32()
+                Some(value) => integer(value)
+                    .and_then(|v| u32::try_from(v).ok())
                     .map(Some)
-                    .map_err(|e| self.error(key, &e.to_string())),
+                    .ok_or_else(|| self.error(key, &format!("{value:?} is not a token id"))),
             }
         };
         let eps = f64_or("llama.attention.layer_norm_rms_epsilon", 1e-5)?;
@@ -139,10 +140,14 @@ impl Gguf {
         let merges = self.strings("tokenizer.ggml.merges")?;
         let token_types = match self.content.metadata.get("tokenizer.ggml.token_type") {
             None => Vec::new(),
-            Some(v) => v
-                .to_vec()
-                .and_then(|items| items.iter().map(Value::to_i32).collect())
-                .map_err(|e| self.error("tokenizer.ggml.token_type", &e.to_string()))?,
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| integer(v).and_then(|v| i32::try_from(v).ok()))
+                .collect::<Option<Vec<i32>>>()
+                .ok_or_else(|| self.error("tokenizer.ggml.token_type", "holds a non-integer"))?,
+            Some(_) => {
+                return Err(self.error("tokenizer.ggml.token_type", "is not an array"));
+            }
         };
         tokenize::from_gguf_vocab(
             &tokens,
@@ -223,17 +228,24 @@ impl Gguf {
     }
 
     fn string(&self, key: &str) -> Result<&str> {
-        self.value(key)?
-            .to_string()
-            .map(String::as_str)
-            .map_err(|e| self.error(key, &e.to_string()))
+        match self.value(key)? {
+            Value::String(text) => Ok(text),
+            other => Err(self.error(key, &format!("{:?} is not a string", other.value_type()))),
+        }
     }
 
     fn strings(&self, key: &str) -> Result<Vec<String>> {
-        self.value(key)?
-            .to_vec()
-            .and_then(|items| items.iter().map(|v| v.to_string().cloned()).collect())
-            .map_err(|e| self.error(key, &e.to_string()))
+        let not_strings = || self.error(key, "is not an array of strings");
+        match self.value(key)? {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(text) => Ok(text.clone()),
+                    _ => Err(not_strings()),
+                })
+                .collect(),
+            _ => Err(not_strings()),
+        }
     }
 
     fn error(&self, key: &str, message: &str) -> Error {
@@ -241,6 +253,30 @@ impl Gguf {
             source_name: format!("{}, metadata {key}", self.path.display()),
             message: message.to_owned(),
         }
+    }
+}
+
+/// A GGUF integer of any width.
+fn integer(value: &Value) -> Option<i128> {
+    Some(match *value {
+        Value::U8(v) => v.into(),
+        Value::I8(v) => v.into(),
+        Value::U16(v) => v.into(),
+        Value::I16(v) => v.into(),
+        Value::U32(v) => v.into(),
+        Value::I32(v) => v.into(),
+        Value::U64(v) => v.into(),
+        Value::I64(v) => v.into(),
+        _ => return None,
+    })
+}
+
+/// A GGUF number of any type.
+fn number(value: &Value) -> Option<f64> {
+    match *value {
+        Value::F32(v) => Some(v.into()),
+        Value::F64(v) => Some(v),
+        _ => integer(value).map(|v| v as f64),
     }
 }
 

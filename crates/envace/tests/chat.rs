@@ -242,6 +242,31 @@ impl Rng {
     }
 }
 
+// The fuzz target's invariant: spans inside the text on char boundaries, valid calls round-trip.
+include!("../fuzz/fuzz_targets/parse_tool_calls_check.rs");
+
+#[test]
+fn fuzz_seed_corpus_passes_the_fuzz_check() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/parse_tool_calls");
+    let mut n_seeds = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        check_parse_tool_calls(&std::fs::read(entry.unwrap().path()).unwrap());
+        n_seeds += 1;
+    }
+    assert!(n_seeds >= 5, "{n_seeds} seeds in {}", dir.display());
+}
+
+#[test]
+fn tag_texts_inside_json_strings_stay_in_the_call() {
+    check_parse(
+        "<tool_call>\n{\"name\": \"echo\", \"arguments\": {\"text\": \"</tool_call> and <tool_call>\"}}\n</tool_call>",
+        expect![[r#"
+            content: ""
+            call echo {"text":"</tool_call> and <tool_call>"}
+        "#]],
+    );
+}
+
 #[test]
 fn garbled_outputs_never_panic() {
     const PIECES: &[&str] = &[
@@ -269,6 +294,8 @@ fn garbled_outputs_never_panic() {
         " ",
         "<think>",
         "x",
+        "{\"name\": \"get_user\", \"arguments\": {\"a\": 1}}",
+        "{\"name\": \"</tool_call>\", \"arguments\": {\"<tool_call>\": 1}}",
     ];
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut n_calls = 0;
@@ -279,22 +306,15 @@ fn garbled_outputs_never_panic() {
             .map(|_| PIECES[rng.below(PIECES.len())])
             .collect();
         let parsed = parse_tool_calls(&text);
-        for call in &parsed.calls {
-            match call {
-                Ok(_) => n_calls += 1,
-                Err(err) => {
-                    n_errors += 1;
-                    assert!(err.span.0 < err.span.1 && err.span.1 <= text.len());
-                    assert!(text.is_char_boundary(err.span.0) && text.is_char_boundary(err.span.1));
-                }
-            }
-        }
-        // Random bytes cut at arbitrary char boundaries too.
+        n_calls += parsed.calls.iter().filter(|c| c.is_ok()).count();
+        n_errors += parsed.calls.iter().filter(|c| c.is_err()).count();
+        check_parse_tool_calls(text.as_bytes());
+        // Cut at an arbitrary byte too: invalid UTF-8 is read lossily, as the fuzz target does.
         let cut = rng.below(text.len() + 1);
-        if text.is_char_boundary(cut) {
-            parse_tool_calls(&text[..cut]);
-        }
+        check_parse_tool_calls(&text.as_bytes()[..cut]);
     }
-    assert!(n_errors > 1000, "{n_errors} errors");
-    assert!(n_calls > 0 || n_errors > 0);
+    assert!(
+        n_errors > 1000 && n_calls > 10,
+        "{n_calls} calls, {n_errors} errors"
+    );
 }

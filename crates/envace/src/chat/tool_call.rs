@@ -93,8 +93,9 @@ impl TurnParse {
     }
 }
 
-/// Splits `text` into content and tool-call blocks. Each block's body (whitespace around it
-/// ignored) must be a JSON object with a non-empty string `"name"` and an `"arguments"` object
+/// Splits `text` into content and tool-call blocks. A block ends at the first `</tool_call>`
+/// after a complete JSON value (so tag texts inside JSON strings are fine), else at the first
+/// `</tool_call>`. Each block's body (whitespace around it ignored) must be a JSON object with a non-empty string `"name"` and an `"arguments"` object
 /// (a string holding a JSON object is accepted too, as chat templates allow); other keys are
 /// ignored.
 pub fn parse_tool_calls(text: &str) -> TurnParse {
@@ -127,6 +128,14 @@ pub fn parse_tool_calls(text: &str) -> TurnParse {
                 let start = pos + open;
                 let body_start = start + OPEN_TAG.len();
                 let after = &text[body_start..];
+                // A JSON body may hold the tag texts inside its strings: when the block starts
+                // with a JSON value followed by the closing tag, that is the block.
+                if let Some(close) = json_then_close(after) {
+                    let end = body_start + close + CLOSE_TAG.len();
+                    calls.push(parse_body(&after[..close], (start, end)));
+                    pos = end;
+                    continue;
+                }
                 let close = after.find(CLOSE_TAG);
                 let reopen = after.find(OPEN_TAG);
                 match close {
@@ -165,6 +174,19 @@ pub fn parse_tool_calls(text: &str) -> TurnParse {
         content: content.trim().to_owned(),
         calls,
     }
+}
+
+/// When `after` (the text after an opening tag) starts with a JSON value, then optional
+/// whitespace, then the closing tag: the byte offset of that closing tag.
+fn json_then_close(after: &str) -> Option<usize> {
+    let mut values = serde_json::Deserializer::from_str(after).into_iter::<serde::de::IgnoredAny>();
+    values.next()?.ok()?;
+    let value_end = values.byte_offset();
+    let rest = &after[value_end..];
+    let gap = rest.len() - rest.trim_start().len();
+    rest.trim_start()
+        .starts_with(CLOSE_TAG)
+        .then_some(value_end + gap)
 }
 
 fn parse_body(body: &str, span: (usize, usize)) -> Result<ToolCall, ToolCallError> {

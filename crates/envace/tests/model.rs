@@ -1016,3 +1016,32 @@ fn device_resolution() {
             .is_cuda()
     );
 }
+
+#[test]
+fn throughput_measurements_report_their_figures() {
+    use envace::model::bench;
+    let policy = random_policy(
+        tiny(Architecture::Qwen3, true, false),
+        &Device::Cpu,
+        DType::F32,
+        3,
+    );
+    let train = bench::bench_train(&policy, 2, 8, 2).unwrap();
+    assert_eq!((train.n_steps, train.batch, train.seq_len), (2, 2, 8));
+    assert!(train.tokens_per_sec > 0.0 && train.final_loss.is_finite());
+    let decode = bench::bench_decode(&policy, "tiny", 3, 4, 5).unwrap();
+    assert_eq!((decode.batch, decode.n_tokens), (3, 15));
+    assert!(decode.tokens_per_sec > 0.0);
+    let json = serde_json::to_value(&decode).unwrap();
+    assert_eq!(json["model"], "tiny");
+    let default = bench::tiny_default_config().unwrap();
+    assert_eq!(
+        (
+            default.architecture,
+            default.hidden_size,
+            default.n_layers,
+            default.vocab_size
+        ),
+        (Architecture::Qwen3, 256, 4, 4096)
+    );
+}

@@ -17,6 +17,7 @@
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
 mod assets;
+pub mod bench;
 mod gguf;
 mod layers;
 mod llama;

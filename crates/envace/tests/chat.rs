@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use envace::chat::{ChatTemplate, ToolCall, parse_tool_calls};
+use envace::chat::{ChatTemplate, ToolCall, parse_tool_calls, strftime_utc};
 use envace::model::{self, Gguf};
 use expect_test::{Expect, expect};
 use serde_json::{Map, Value, json};
@@ -32,13 +32,7 @@ fn templates_render_like_python_jinja2() {
     )
     .unwrap();
     let gguf = Gguf::open(&require(model::smollm2_gguf())).unwrap();
-    let smollm2 = ChatTemplate::new(
-        &gguf.chat_template().unwrap(),
-        "SmolLM2 GGUF",
-        "<|im_start|>",
-        "<|im_end|>",
-    )
-    .unwrap();
+    let smollm2 = ChatTemplate::from_gguf(&gguf).unwrap();
     let chatml = ChatTemplate::chatml().unwrap();
 
     let conversation = read_json("conversation.json");
@@ -129,6 +123,49 @@ fn tojson_behaves_like_python_json_dumps() {
           "f": []
         }|{"a": "<&'\"\n>", "b": [1, 2.5, null, true], "e": {}, "f": []}|"\u00e9\ud83d\ude80""#]]
     .assert_eq(&rendered);
+}
+
+#[test]
+fn strftime_matches_python() {
+    // Python: time.strftime(fmt, time.gmtime(secs)).
+    let cases = [
+        (0, "%d %b %Y"),
+        (951_782_400, "%Y-%m-%d %H:%M:%S %a %A %B %j %y %%"), // 2000-02-29, a leap day
+        (1_798_502_399, "%d %B %Y, %H:%M:%S, day %j"),        // late in 2026
+    ];
+    let out: Vec<String> = cases
+        .iter()
+        .map(|&(secs, format)| strftime_utc(format, secs).unwrap())
+        .collect();
+    expect![[r#"
+        01 Jan 1970
+        2000-02-29 00:00:00 Tue Tuesday February 060 00 %
+        28 December 2026, 23:59:59, day 362"#]]
+    .assert_eq(&out.join("\n"));
+    expect!["strftime_now: %Q is not supported"].assert_eq(&strftime_utc("%Q", 0).unwrap_err());
+    let template = ChatTemplate::new("{{ strftime_now('%Y') }}", "date", "", "").unwrap();
+    assert_eq!(template.render(&[], &[], false).unwrap().len(), 4);
+}
+
+#[test]
+fn chatml_and_a_trained_tokenizer_keep_tool_tags_whole() {
+    let conversation = read_json("conversation.json");
+    let messages = conversation["messages"].as_array().unwrap();
+    let tools = conversation["tools"].as_array().unwrap();
+    let text = ChatTemplate::chatml()
+        .unwrap()
+        .render(messages, tools, true)
+        .unwrap();
+    let tokenizer =
+        envace::tokenize::train_bpe(std::iter::repeat_n(text.as_str(), 4), 400).unwrap();
+    let ids = envace::tokenize::encode(&tokenizer, &text).unwrap();
+    assert_eq!(envace::tokenize::decode(&tokenizer, &ids).unwrap(), text);
+    let count = |id: u32| ids.iter().filter(|&&i| i == id).count();
+    // <|im_start|> 1, <|im_end|> 2, <tool_call> 3, </tool_call> 4, <tool_response> 5.
+    expect!["[8, 7, 3, 3, 2]"].assert_eq(&format!(
+        "{:?}",
+        [count(1), count(2), count(3), count(4), count(5)]
+    ));
 }
 
 fn check_parse(text: &str, expected: Expect) {

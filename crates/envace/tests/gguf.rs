@@ -114,13 +114,7 @@ fn llama_cpp_names_and_rope_layout() {
 
 /// Prompt ids of a fixed chat under SmolLM2's own template.
 fn smollm2_prompt(gguf: &Gguf) -> Vec<u32> {
-    let template = ChatTemplate::new(
-        &gguf.chat_template().unwrap(),
-        "SmolLM2 GGUF",
-        "<|im_start|>",
-        "<|im_end|>",
-    )
-    .unwrap();
+    let template = ChatTemplate::from_gguf(gguf).unwrap();
     let text = template
         .render(
             &[json!({"role": "user", "content": "What is the capital of France? Answer in one sentence."})],

@@ -3,7 +3,7 @@
 //!
 //! HF renders with Python `jinja2` (`trim_blocks`, `lstrip_blocks`, loop controls), a `tojson`
 //! filter that is `json.dumps(x, ensure_ascii=False)` (`", "` and `": "` separators, no HTML
-//! escaping), `raise_exception`, and Python string and dict methods (`startswith`, `split`,
+//! escaping), `raise_exception`, `strftime_now`, and Python string and dict methods (`startswith`, `split`,
 //! `items`, ...). This module gives minijinja the same, so that renderings are byte-identical.
 
 mod tool_call;
@@ -15,6 +15,7 @@ use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::model::Gguf;
 
 pub use tool_call::{ToolCall, ToolCallError, ToolCallErrorKind, TurnParse, parse_tool_calls};
 
@@ -47,6 +48,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| template_error(source_name, &e))?;
         Ok(ChatTemplate {
@@ -109,6 +111,26 @@ impl ChatTemplate {
         )
     }
 
+    /// The chat template of a GGUF file (`tokenizer.chat_template`), with the texts of its
+    /// BOS and EOS tokens.
+    pub fn from_gguf(gguf: &Gguf) -> Result<Self> {
+        let source_name = format!("{}, tokenizer.chat_template", gguf.path().display());
+        let template = gguf.chat_template().ok_or_else(|| Error::ChatTemplate {
+            source_name: source_name.clone(),
+            message: "the GGUF metadata has no chat template".to_owned(),
+        })?;
+        Self::new(
+            &template,
+            &source_name,
+            &gguf
+                .special_token("tokenizer.ggml.bos_token_id")
+                .unwrap_or_default(),
+            &gguf
+                .special_token("tokenizer.ggml.eos_token_id")
+                .unwrap_or_default(),
+        )
+    }
+
     /// Renders a conversation: `messages` as Hugging Face chat messages (`role`, `content`,
     /// optional `tool_calls`), `tools` as JSON schemas of functions (none: no tools section),
     /// ending with the assistant header when `add_generation_prompt`.
@@ -168,6 +190,87 @@ fn template_error(source_name: &str, error: &minijinja::Error) -> Error {
 /// `raise_exception(message)`: HF templates call it to reject a conversation.
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// `strftime_now(format)`: the current UTC date and time, as Llama 3 templates ask for it.
+/// Supports `%d %m %Y %y %b %B %a %A %H %M %S %j %%`; other directives are an error.
+fn strftime_now(format: String) -> std::result::Result<JinjaValue, minijinja::Error> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    strftime_utc(&format, secs)
+        .map(JinjaValue::from)
+        .map_err(|message| minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// Formats `unix_secs` (UTC) with the `strftime` directives [`strftime_now`] supports.
+pub fn strftime_utc(format: &str, unix_secs: u64) -> std::result::Result<String, String> {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const WEEKDAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = unix_secs / 86_400;
+    let secs_of_day = unix_secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    const CUMULATIVE: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let day_of_year = CUMULATIVE[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let month_name = MONTHS[(month - 1) as usize];
+    let weekday = WEEKDAYS[(days % 7) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year % 100)),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('B') => out.push_str(month_name),
+            Some('a') => out.push_str(&weekday[..3]),
+            Some('A') => out.push_str(weekday),
+            Some('H') => out.push_str(&format!("{:02}", secs_of_day / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", secs_of_day / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", secs_of_day % 60)),
+            Some('j') => out.push_str(&format!("{day_of_year:03}")),
+            Some('%') => out.push('%'),
+            Some(other) => return Err(format!("strftime_now: %{other} is not supported")),
+            None => return Err("strftime_now: the format ends with a lone %".to_owned()),
+        }
+    }
+    Ok(out)
 }
 
 /// `tojson` as HF defines it: Python `json.dumps(value, ensure_ascii=False, indent=None,

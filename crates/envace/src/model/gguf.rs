@@ -166,6 +166,19 @@ impl Gguf {
             .cloned()
     }
 
+    /// The text of the token whose id the metadata `id_key` holds, e.g.
+    /// `tokenizer.ggml.eos_token_id` → `<|im_end|>`.
+    pub fn special_token(&self, id_key: &str) -> Option<String> {
+        let id = usize::try_from(integer(self.content.metadata.get(id_key)?)?).ok()?;
+        match self.content.metadata.get("tokenizer.ggml.tokens")? {
+            Value::Array(tokens) => match tokens.get(id)? {
+                Value::String(token) => Some(token.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The weights dequantized to `dtype` on `device` as a trainable policy, with `attn_q` and
     /// `attn_k` un-permuted to the Hugging Face layout.
     pub fn load_policy(&self, device: &Device, dtype: DType) -> Result<Policy> {

@@ -134,38 +134,44 @@ fn dequantized_policy_matches_quantized_llama(device: &Device) {
     assert_eq!(policy.n_params(), 134_515_008);
     let mut quantized = gguf.load_quantized(device).unwrap();
 
-    // First-step logits: Q4_1 matmuls against dequantized f32 weights.
-    let ids = Tensor::new(prompt.as_slice(), device)
+    // Both decode greedily in lockstep, each from its own tokens, with no stop token; the
+    // first step compares logits: Q4_1 matmuls against dequantized f32 weights.
+    let mut cache = KvCache::new();
+    let mut input = Tensor::new(prompt.as_slice(), device)
         .unwrap()
         .unsqueeze(0)
         .unwrap();
-    let ours = policy
-        .forward_cached(&ids, None, &mut KvCache::new())
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let reference = quantized.forward(&prompt, 0).unwrap();
-    assert_eq!(argmax(&ours), argmax(&reference));
-    let max_diff = ours
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    let spread = reference.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
-        - reference.iter().fold(f32::INFINITY, |m, &v| m.min(v));
-    eprintln!("first-step logits: max |diff| {max_diff:.4} over a range of {spread:.2}");
-    assert!(max_diff < 0.1 * spread, "{max_diff} vs range {spread}");
-
-    // Greedy decoding, no stop token, so that both produce N_NEW_TOKENS tokens.
-    let ours = policy
-        .generate_greedy(std::slice::from_ref(&prompt), N_NEW_TOKENS, &[])
-        .unwrap()
-        .remove(0);
-    let reference = quantized
-        .generate_greedy(&prompt, N_NEW_TOKENS, &[])
-        .unwrap();
+    let (mut ours, mut reference) = (Vec::new(), Vec::new());
+    for step in 0..N_NEW_TOKENS {
+        let our_logits = policy
+            .forward_cached(&input, None, &mut cache)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let ref_logits = match reference.last() {
+            None => quantized.forward(&prompt, 0).unwrap(),
+            Some(&token) => quantized
+                .forward(&[token], prompt.len() + step - 1)
+                .unwrap(),
+        };
+        if step == 0 {
+            assert_eq!(argmax(&our_logits), argmax(&ref_logits));
+            let max_diff = our_logits
+                .iter()
+                .zip(&ref_logits)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            let spread = ref_logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+                - ref_logits.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+            eprintln!("first-step logits: max |diff| {max_diff:.4} over a range of {spread:.2}");
+            assert!(max_diff < 0.1 * spread, "{max_diff} vs range {spread}");
+        }
+        ours.push(argmax(&our_logits));
+        reference.push(argmax(&ref_logits));
+        input = Tensor::new(&[[argmax(&our_logits)]], device).unwrap();
+    }
     let n_agree = ours
         .iter()
         .zip(&reference)

@@ -331,6 +331,7 @@ fn garbled_outputs_never_panic() {
         " ",
         "<think>",
         "x",
+        "7",
         "{\"name\": \"get_user\", \"arguments\": {\"a\": 1}}",
         "{\"name\": \"</tool_call>\", \"arguments\": {\"<tool_call>\": 1}}",
     ];

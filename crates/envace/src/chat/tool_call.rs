@@ -182,7 +182,7 @@ fn json_then_close(after: &str) -> Option<usize> {
     let mut values = serde_json::Deserializer::from_str(after).into_iter::<serde::de::IgnoredAny>();
     values.next()?.ok()?;
     let value_end = values.byte_offset();
-    let rest = &after[value_end..];
+    let rest = after.get(value_end..)?;
     let gap = rest.len() - rest.trim_start().len();
     rest.trim_start()
         .starts_with(CLOSE_TAG)

@@ -17,7 +17,9 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::model::Gguf;
 
-pub use tool_call::{ToolCall, ToolCallError, ToolCallErrorKind, TurnParse, parse_tool_calls};
+pub use tool_call::{
+    CLOSE_TAG, OPEN_TAG, ToolCall, ToolCallError, ToolCallErrorKind, TurnParse, parse_tool_calls,
+};
 
 /// The ChatML template with tools and `<tool_call>` blocks that tiny models use.
 pub const CHATML_TEMPLATE: &str = include_str!("chatml.jinja");

@@ -110,6 +110,82 @@ pub enum Error {
         /// The k asked for.
         k: u64,
     },
+
+    /// A tensor operation of the policy model failed (shape, dtype or device mismatch, or an
+    /// out-of-memory on the device).
+    #[error("model {context}: {source}")]
+    Candle {
+        /// What the model was doing, e.g. `qwen3 training forward`.
+        context: String,
+        /// What candle said.
+        source: candle_core::Error,
+    },
+
+    /// A model `config.json` (or a tiny model config) is invalid or describes something this
+    /// build does not implement.
+    #[error("{source_name}: {message}")]
+    ModelConfig {
+        /// The file (or config section) at fault, with the field when known.
+        source_name: String,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// Model weights are missing, malformed or of the wrong shape.
+    #[error("{}: {message}", path.display())]
+    Weights {
+        /// The weights file or model folder at fault.
+        path: PathBuf,
+        /// What is wrong, naming the tensor.
+        message: String,
+    },
+
+    /// A compute backend was asked for that this build does not include.
+    #[error(
+        "the {backend} backend is not compiled into this build; rebuild with `--features {feature}` or choose `device = \"cpu\"`"
+    )]
+    BackendNotCompiled {
+        /// The backend asked for, e.g. `cuda`.
+        backend: &'static str,
+        /// The cargo feature that enables it.
+        feature: &'static str,
+    },
+
+    /// A compiled-in device could not be opened.
+    #[error("cannot open {device}: {message}")]
+    DeviceUnavailable {
+        /// The device asked for, e.g. `cuda:1`.
+        device: String,
+        /// What the driver said.
+        message: String,
+    },
+
+    /// A model, tokenizer or template file that `cargo xtask setup` installs is not there.
+    #[error("{what} is missing: {} does not exist; run `cargo xtask setup` (or set ENVACE_CACHE_DIR to the folder that holds it)", path.display())]
+    MissingAsset {
+        /// The file expected.
+        path: PathBuf,
+        /// What it is, e.g. `the SmolLM2-135M-Instruct GGUF`.
+        what: String,
+    },
+
+    /// A tokenizer could not be loaded, built, trained or saved, or failed on a text.
+    #[error("tokenizer {source_name}: {message}")]
+    Tokenizer {
+        /// The tokenizer file (or how it was being built).
+        source_name: String,
+        /// What the tokenizers library said.
+        message: String,
+    },
+
+    /// A chat template failed to parse or render.
+    #[error("chat template {source_name}: {message}")]
+    ChatTemplate {
+        /// Where the template came from, e.g. `tokenizer_config.json`.
+        source_name: String,
+        /// What went wrong, with the template line when known.
+        message: String,
+    },
 }
 
 impl Error {
@@ -117,6 +193,14 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
+            source,
+        }
+    }
+
+    /// Wraps a candle error with what the model was doing.
+    pub fn candle(context: impl Into<String>, source: candle_core::Error) -> Self {
+        Error::Candle {
+            context: context.into(),
             source,
         }
     }

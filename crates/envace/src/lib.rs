@@ -4,9 +4,12 @@
 //! Data flows one way: config → controller → rollouts and training → run store; see
 //! `ARCHITECTURE.md` for the map. Modules land here as their issues bring real content.
 
+pub mod chat;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod model;
 pub mod store;
+pub mod tokenize;
 
 pub use error::{Error, Result};

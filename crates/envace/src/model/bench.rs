@@ -1,0 +1,274 @@
+//! Throughput measurements of the policy layer, as JSON-ready figures for `cargo xtask bench
+//! model`: training tokens/s of the default tiny Qwen3, batched against single-stream decoding
+//! of the same model, and SmolLM2-135M decoding kept in Q4_1 and dequantized to f32.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use serde::Serialize;
+
+use super::{Gguf, Policy, QuantizedLlama, TransformerConfig};
+use crate::config::TinyModelConfig;
+use crate::error::{Error, Result};
+
+/// What to measure and how long.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchOptions {
+    /// Timed AdamW steps (after one warm-up step).
+    pub n_train_steps: usize,
+    /// Rows of a training batch.
+    pub train_batch: usize,
+    /// Tokens per training row.
+    pub train_seq_len: usize,
+    /// New tokens per decoded row.
+    pub n_decode_tokens: usize,
+    /// Rows of the batched decode (compared with one row).
+    pub decode_batch: usize,
+    /// Also measure SmolLM2 (needs its GGUF in the cache folder).
+    pub smollm2: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            n_train_steps: 5,
+            train_batch: 8,
+            train_seq_len: 256,
+            n_decode_tokens: 64,
+            decode_batch: 16,
+            smollm2: true,
+        }
+    }
+}
+
+/// Training throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainFigures {
+    /// Model parameters.
+    pub n_params: usize,
+    /// Timed steps.
+    pub n_steps: usize,
+    /// Rows × tokens per step.
+    pub batch: usize,
+    /// Tokens per row.
+    pub seq_len: usize,
+    /// Mean seconds per step in the forward pass, the backward pass and the AdamW update.
+    pub forward_secs: f64,
+    /// See `forward_secs`.
+    pub backward_secs: f64,
+    /// See `forward_secs`.
+    pub update_secs: f64,
+    /// Trained tokens per second over whole steps.
+    pub tokens_per_sec: f64,
+    /// Loss after the last step.
+    pub final_loss: f64,
+}
+
+/// Decoding throughput of one configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecodeFigures {
+    /// What was decoded, e.g. `tiny-qwen3 f32` or `smollm2-135m q4_1`.
+    pub model: String,
+    /// Rows decoded together.
+    pub batch: usize,
+    /// Prompt tokens per row.
+    pub prompt_len: usize,
+    /// New tokens over all rows.
+    pub n_tokens: usize,
+    /// Seconds for prompt and decoding together.
+    pub secs: f64,
+    /// New tokens per second over all rows.
+    pub tokens_per_sec: f64,
+}
+
+/// Everything [`run`] measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelBench {
+    /// Threads candle's CPU kernels use.
+    pub n_threads: usize,
+    /// Training of the default tiny Qwen3 (`[model.tiny]` defaults).
+    pub tiny_train: TrainFigures,
+    /// Decoding of the same model, one row and `decode_batch` rows.
+    pub tiny_decode: Vec<DecodeFigures>,
+    /// SmolLM2-135M-Instruct decoding, Q4_1 and dequantized f32 (empty when not asked for).
+    pub smollm2_decode: Vec<DecodeFigures>,
+}
+
+/// The `[model.tiny]` default model (Qwen3, hidden 256, 4 layers, vocab 4096).
+pub fn tiny_default_config() -> Result<TransformerConfig> {
+    TransformerConfig::from_tiny(&TinyModelConfig::default())
+}
+
+fn candle(context: &str) -> impl Fn(candle_core::Error) -> Error + '_ {
+    move |e| Error::candle(context, e)
+}
+
+/// Next-token cross-entropy AdamW steps on fixed pseudo-random tokens: one warm-up step, then
+/// `n_steps` timed ones.
+pub fn bench_train(
+    policy: &Policy,
+    batch: usize,
+    seq_len: usize,
+    n_steps: usize,
+) -> Result<TrainFigures> {
+    let ctx = "training benchmark";
+    let vocab = policy.config().vocab_size as u64;
+    let tokens: Vec<u32> = (0..batch * (seq_len + 1))
+        .map(|i| ((i as u64).wrapping_mul(2_654_435_761) % vocab) as u32)
+        .collect();
+    let all =
+        Tensor::from_vec(tokens, (batch, seq_len + 1), policy.device()).map_err(candle(ctx))?;
+    let input = all.narrow(1, 0, seq_len).map_err(candle(ctx))?;
+    let labels = all
+        .narrow(1, 1, seq_len)
+        .and_then(|t| t.flatten_all())
+        .map_err(candle(ctx))?;
+    let mut opt =
+        AdamW::new(policy.trainable_vars(), ParamsAdamW::default()).map_err(candle(ctx))?;
+    let mut step = || -> Result<[f64; 4]> {
+        let t0 = Instant::now();
+        let logits = policy.forward_train(&input, None)?;
+        let loss = logits
+            .flatten_to(1)
+            .and_then(|l| candle_nn::loss::cross_entropy(&l.to_dtype(DType::F32)?, &labels))
+            .map_err(candle(ctx))?;
+        let t1 = Instant::now();
+        let grads = loss.backward().map_err(candle(ctx))?;
+        let t2 = Instant::now();
+        opt.step(&grads).map_err(candle(ctx))?;
+        let t3 = Instant::now();
+        let loss = loss.to_scalar::<f32>().map_err(candle(ctx))?;
+        Ok([
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            (t3 - t2).as_secs_f64(),
+            f64::from(loss),
+        ])
+    };
+    step()?;
+    let mut totals = [0.0; 3];
+    let mut final_loss = f64::NAN;
+    for _ in 0..n_steps {
+        let [forward, backward, update, loss] = step()?;
+        totals[0] += forward;
+        totals[1] += backward;
+        totals[2] += update;
+        final_loss = loss;
+    }
+    let n = n_steps.max(1) as f64;
+    let secs: f64 = totals.iter().sum();
+    Ok(TrainFigures {
+        n_params: policy.n_params(),
+        n_steps,
+        batch,
+        seq_len,
+        forward_secs: totals[0] / n,
+        backward_secs: totals[1] / n,
+        update_secs: totals[2] / n,
+        tokens_per_sec: (n_steps * batch * seq_len) as f64 / secs.max(1e-9),
+        final_loss,
+    })
+}
+
+/// Greedy decoding of `batch` rows of `prompt_len` pseudo-random tokens, `n_new` tokens each,
+/// with no stop token (after a short warm-up).
+pub fn bench_decode(
+    policy: &Policy,
+    model: &str,
+    batch: usize,
+    prompt_len: usize,
+    n_new: usize,
+) -> Result<DecodeFigures> {
+    let vocab = policy.config().vocab_size as u32;
+    let prompts: Vec<Vec<u32>> = (0..batch as u32)
+        .map(|row| {
+            (0..prompt_len as u32)
+                .map(|i| (row * 31 + i * 7 + 1) % vocab)
+                .collect()
+        })
+        .collect();
+    policy.generate_greedy(&prompts, 2, &[])?;
+    let start = Instant::now();
+    let out = policy.generate_greedy(&prompts, n_new, &[])?;
+    let secs = start.elapsed().as_secs_f64();
+    let n_tokens = out.iter().map(Vec::len).sum();
+    Ok(DecodeFigures {
+        model: model.to_owned(),
+        batch,
+        prompt_len,
+        n_tokens,
+        secs,
+        tokens_per_sec: n_tokens as f64 / secs.max(1e-9),
+    })
+}
+
+/// Greedy decoding of one prompt with the quantized model.
+pub fn bench_quantized_decode(
+    quantized: &mut QuantizedLlama,
+    model: &str,
+    prompt: &[u32],
+    n_new: usize,
+) -> Result<DecodeFigures> {
+    quantized.generate_greedy(prompt, 2, &[])?;
+    let start = Instant::now();
+    let out = quantized.generate_greedy(prompt, n_new, &[])?;
+    let secs = start.elapsed().as_secs_f64();
+    Ok(DecodeFigures {
+        model: model.to_owned(),
+        batch: 1,
+        prompt_len: prompt.len(),
+        n_tokens: out.len(),
+        secs,
+        tokens_per_sec: out.len() as f64 / secs.max(1e-9),
+    })
+}
+
+/// Runs every measurement on the CPU.
+pub fn run(options: &BenchOptions) -> Result<ModelBench> {
+    let device = Device::Cpu;
+    let tiny = Policy::init(tiny_default_config()?, 0, &device, DType::F32)?;
+    let tiny_train = bench_train(
+        &tiny,
+        options.train_batch,
+        options.train_seq_len,
+        options.n_train_steps,
+    )?;
+    let mut tiny_decode = Vec::new();
+    for batch in [1, options.decode_batch] {
+        tiny_decode.push(bench_decode(
+            &tiny,
+            "tiny-qwen3 f32",
+            batch,
+            16,
+            options.n_decode_tokens,
+        )?);
+    }
+    let mut smollm2_decode = Vec::new();
+    if options.smollm2 {
+        let gguf = Gguf::open(&super::smollm2_gguf()?)?;
+        let prompt: Vec<u32> = (0..32u32).map(|i| 100 + i * 37).collect();
+        let mut quantized = gguf.load_quantized(&device)?;
+        smollm2_decode.push(bench_quantized_decode(
+            &mut quantized,
+            "smollm2-135m q4_1",
+            &prompt,
+            options.n_decode_tokens,
+        )?);
+        drop(quantized);
+        let policy = gguf.load_policy(&device, DType::F32)?;
+        smollm2_decode.push(bench_decode(
+            &policy,
+            "smollm2-135m f32 (dequantized policy)",
+            1,
+            prompt.len(),
+            options.n_decode_tokens,
+        )?);
+    }
+    Ok(ModelBench {
+        n_threads: candle_core::utils::get_num_threads(),
+        tiny_train,
+        tiny_decode,
+        smollm2_decode,
+    })
+}

@@ -1,0 +1,425 @@
+//! GGUF checkpoints (llama.cpp's format; SmolLM2-135M-Instruct ships as one): the model config,
+//! tokenizer and chat template from the metadata, the weights dequantized into a trainable
+//! [`Policy`], or kept quantized for fast inference ([`QuantizedLlama`]).
+//!
+//! llama.cpp's converter stores `attn_q` / `attn_k` rows permuted for its interleaved RoPE;
+//! [`Gguf::load_policy`] undoes that, so the policy uses the Hugging Face (rotate-half) layout
+//! and saves as a checkpoint `transformers` loads.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::{DType, Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+
+use super::{Policy, TransformerConfig};
+use crate::config::Architecture;
+use crate::error::{Error, Result};
+use crate::tokenize::{self, Tokenizer};
+
+/// An opened GGUF file: its metadata and tensor directory (the tensors stay on disk until
+/// loaded).
+#[derive(Debug)]
+pub struct Gguf {
+    path: PathBuf,
+    content: Content,
+}
+
+impl Gguf {
+    /// Reads the header of the GGUF file at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut reader = open_reader(path)?;
+        let content = Content::read(&mut reader).map_err(|e| Error::Weights {
+            path: path.to_path_buf(),
+            message: format!("not a readable GGUF file: {e}"),
+        })?;
+        Ok(Gguf {
+            path: path.to_path_buf(),
+            content,
+        })
+    }
+
+    /// The file this was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `general.architecture`, e.g. `llama`.
+    pub fn architecture(&self) -> Result<String> {
+        Ok(self.string("general.architecture")?.to_owned())
+    }
+
+    /// The model described by the `llama.*` metadata (the only architecture read so far).
+    pub fn transformer_config(&self) -> Result<TransformerConfig> {
+        let arch = self.architecture()?;
+        if arch != "llama" {
+            return Err(self.error(
+                "general.architecture",
+                &format!("{arch:?} is not supported; only \"llama\" GGUF files load"),
+            ));
+        }
+        let usize_of = |key: &str| -> Result<usize> {
+            let value = self.value(key)?;
+            integer(value)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| self.error(key, &format!("{value:?} is not a count")))
+        };
+        let f64_or = |key: &str, default: f64| -> Result<f64> {
+            match self.content.metadata.get(key) {
+                None => Ok(default),
+                Some(value) => number(value)
+                    .ok_or_else(|| self.error(key, &format!("{value:?} is not a number"))),
+            }
+        };
+        let hidden_size = usize_of("llama.embedding_length")?;
+        let n_heads = usize_of("llama.attention.head_count")?;
+        let n_kv_heads = match self.content.metadata.get("llama.attention.head_count_kv") {
+            Some(_) => usize_of("llama.attention.head_count_kv")?,
+            None => n_heads,
+        };
+        let head_dim = match self.content.metadata.get("llama.rope.dimension_count") {
+            Some(_) => usize_of("llama.rope.dimension_count")?,
+            None => hidden_size / n_heads.max(1),
+        };
+        let vocab_size = match self.content.metadata.get("llama.vocab_size") {
+            Some(_) => usize_of("llama.vocab_size")?,
+            None => self.strings("tokenizer.ggml.tokens")?.len(),
+        };
+        let optional_u32 = |key: &str| -> Result<Option<u32>> {
+            match self.content.metadata.get(key) {
+                None => Ok(None),
+                Some(value) => integer(value)
+                    .and_then(|v| u32::try_from(v).ok())
+                    .map(Some)
+                    .ok_or_else(|| self.error(key, &format!("{value:?} is not a token id"))),
+            }
+        };
+        let eps = f64_or("llama.attention.layer_norm_rms_epsilon", 1e-5)?;
+        Ok(TransformerConfig {
+            architecture: Architecture::Llama,
+            vocab_size,
+            hidden_size,
+            intermediate_size: usize_of("llama.feed_forward_length")?,
+            n_layers: usize_of("llama.block_count")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            max_position_embeddings: match self.content.metadata.get("llama.context_length") {
+                Some(_) => usize_of("llama.context_length")?,
+                None => 2048,
+            },
+            rope_theta: f64_or("llama.rope.freq_base", 10_000.0)?,
+            rope_scaling: None,
+            // GGUF stores the epsilon as f32; round it back to the decimal it was written from
+            // (9.99999974e-6 is 1e-5), as the Hugging Face config holds.
+            rms_norm_eps: format!("{:e}", eps as f32).parse().unwrap_or(eps),
+            tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
+            initializer_range: 0.02,
+            bos_token_id: optional_u32("tokenizer.ggml.bos_token_id")?,
+            eos_token_ids: optional_u32("tokenizer.ggml.eos_token_id")?
+                .into_iter()
+                .collect(),
+        })
+    }
+
+    /// The tokenizer rebuilt from `tokenizer.ggml.*` (GPT-2-style byte-level BPE only).
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        let model = self.string("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(self.error(
+                "tokenizer.ggml.model",
+                &format!(
+                    "{model:?} is not supported; only \"gpt2\" (byte-level BPE) tokenizers load"
+                ),
+            ));
+        }
+        let tokens = self.strings("tokenizer.ggml.tokens")?;
+        let merges = self.strings("tokenizer.ggml.merges")?;
+        let token_types = match self.content.metadata.get("tokenizer.ggml.token_type") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| integer(v).and_then(|v| i32::try_from(v).ok()))
+                .collect::<Option<Vec<i32>>>()
+                .ok_or_else(|| self.error("tokenizer.ggml.token_type", "holds a non-integer"))?,
+            Some(_) => {
+                return Err(self.error("tokenizer.ggml.token_type", "is not an array"));
+            }
+        };
+        tokenize::from_gguf_vocab(
+            &tokens,
+            &merges,
+            &token_types,
+            &self.path.display().to_string(),
+        )
+    }
+
+    /// The Jinja chat template (`tokenizer.chat_template`), when the file has one.
+    pub fn chat_template(&self) -> Option<String> {
+        self.content
+            .metadata
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+    }
+
+    /// The text of the token whose id the metadata `id_key` holds, e.g.
+    /// `tokenizer.ggml.eos_token_id` → `<|im_end|>`.
+    pub fn special_token(&self, id_key: &str) -> Option<String> {
+        let id = usize::try_from(integer(self.content.metadata.get(id_key)?)?).ok()?;
+        match self.content.metadata.get("tokenizer.ggml.tokens")? {
+            Value::Array(tokens) => match tokens.get(id)? {
+                Value::String(token) => Some(token.clone()),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The weights dequantized to `dtype` on `device` as a trainable policy, with `attn_q` and
+    /// `attn_k` un-permuted to the Hugging Face layout.
+    pub fn load_policy(&self, device: &Device, dtype: DType) -> Result<Policy> {
+        let cfg = self.transformer_config()?;
+        let mut reader = open_reader(&self.path)?;
+        let mut tensors = HashMap::new();
+        for name in self.content.tensor_infos.keys() {
+            let Some(hf_name) = hf_name(name) else {
+                tracing::debug!(tensor = %name, "ignoring a GGUF tensor with no Hugging Face name");
+                continue;
+            };
+            let weights_error = |message: String| Error::Weights {
+                path: self.path.clone(),
+                message: format!("tensor {name}: {message}"),
+            };
+            let tensor = self
+                .content
+                .tensor(&mut reader, name, &Device::Cpu)
+                .and_then(|q| q.dequantize(&Device::Cpu))
+                .map_err(|e| weights_error(e.to_string()))?;
+            let tensor = if name.ends_with(".attn_q.weight") {
+                unpermute_rope_rows(&tensor, cfg.n_heads)
+            } else if name.ends_with(".attn_k.weight") {
+                unpermute_rope_rows(&tensor, cfg.n_kv_heads)
+            } else {
+                Ok(tensor)
+            }
+            .map_err(|e| weights_error(e.to_string()))?;
+            tensors.insert(hf_name, tensor);
+        }
+        Policy::from_tensors(cfg, tensors, device, dtype, &self.path)
+    }
+
+    /// The weights kept quantized, for inference with candle's quantized matmuls.
+    pub fn load_quantized(&self, device: &Device) -> Result<QuantizedLlama> {
+        let cfg = self.transformer_config()?;
+        let mut reader = open_reader(&self.path)?;
+        // `from_gguf` consumes the header, so read it again (it is small).
+        let content = Content::read(&mut reader).map_err(|e| Error::Weights {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let weights =
+            ModelWeights::from_gguf(content, &mut reader, device).map_err(|e| Error::Weights {
+                path: self.path.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(QuantizedLlama {
+            weights,
+            device: device.clone(),
+            vocab_size: cfg.vocab_size,
+        })
+    }
+
+    fn value(&self, key: &str) -> Result<&Value> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| self.error(key, "is missing"))
+    }
+
+    fn string(&self, key: &str) -> Result<&str> {
+        match self.value(key)? {
+            Value::String(text) => Ok(text),
+            other => Err(self.error(key, &format!("{:?} is not a string", other.value_type()))),
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>> {
+        let not_strings = || self.error(key, "is not an array of strings");
+        match self.value(key)? {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(text) => Ok(text.clone()),
+                    _ => Err(not_strings()),
+                })
+                .collect(),
+            _ => Err(not_strings()),
+        }
+    }
+
+    fn error(&self, key: &str, message: &str) -> Error {
+        Error::ModelConfig {
+            source_name: format!("{}, metadata {key}", self.path.display()),
+            message: message.to_owned(),
+        }
+    }
+}
+
+/// A GGUF integer of any width.
+fn integer(value: &Value) -> Option<i128> {
+    Some(match *value {
+        Value::U8(v) => v.into(),
+        Value::I8(v) => v.into(),
+        Value::U16(v) => v.into(),
+        Value::I16(v) => v.into(),
+        Value::U32(v) => v.into(),
+        Value::I32(v) => v.into(),
+        Value::U64(v) => v.into(),
+        Value::I64(v) => v.into(),
+        _ => return None,
+    })
+}
+
+/// A GGUF number of any type.
+fn number(value: &Value) -> Option<f64> {
+    match *value {
+        Value::F32(v) => Some(v.into()),
+        Value::F64(v) => Some(v),
+        _ => integer(value).map(|v| v as f64),
+    }
+}
+
+fn open_reader(path: &Path) -> Result<BufReader<File>> {
+    File::open(path)
+        .map(BufReader::new)
+        .map_err(|e| Error::io(path, e))
+}
+
+/// The Hugging Face name of a llama.cpp tensor name, or `None` for tensors the policy does not
+/// use (e.g. `rope_freqs.weight`).
+pub fn hf_name(gguf_name: &str) -> Option<String> {
+    let fixed = match gguf_name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(name) = fixed {
+        return Some(name.to_owned());
+    }
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (idx, part) = rest.split_once('.')?;
+    let idx: usize = idx.parse().ok()?;
+    let hf_part = match part {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        _ => return None,
+    };
+    Some(format!("model.layers.{idx}.{hf_part}"))
+}
+
+/// Undoes llama.cpp's permutation of a q/k projection `(n_heads * head_dim, in)`: within each
+/// head, GGUF interleaves the rows of the two rotary halves (`r0, r_half, r1, r_half+1, ...`);
+/// Hugging Face keeps the halves apart.
+pub fn unpermute_rope_rows(weight: &Tensor, n_heads: usize) -> candle_core::Result<Tensor> {
+    let (rows, cols) = weight.dims2()?;
+    if n_heads == 0 || rows % (2 * n_heads) != 0 {
+        candle_core::bail!("{rows} rows do not split into {n_heads} heads of two rotary halves");
+    }
+    let half = rows / n_heads / 2;
+    weight
+        .reshape((n_heads, half, 2, cols))?
+        .transpose(1, 2)?
+        .contiguous()?
+        .reshape((rows, cols))
+}
+
+/// A Llama kept in its GGUF quantization (candle-transformers' `quantized_llama`): inference
+/// only, one sequence at a time, with its own KV cache.
+pub struct QuantizedLlama {
+    weights: ModelWeights,
+    device: Device,
+    vocab_size: usize,
+}
+
+impl std::fmt::Debug for QuantizedLlama {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantizedLlama")
+            .field("device", &self.device)
+            .field("vocab_size", &self.vocab_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QuantizedLlama {
+    /// Logits `(vocab,)` (f32) of the last of `tokens`, which continue the `past` tokens already
+    /// in the cache (`past = 0` starts afresh).
+    pub fn forward(&mut self, tokens: &[u32], past: usize) -> Result<Vec<f32>> {
+        let context = "quantized llama forward";
+        let input = Tensor::new(tokens, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| Error::candle(context, e))?;
+        self.weights
+            .forward(&input, past)
+            .and_then(|t| t.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>())
+            .map_err(|e| Error::candle(context, e))
+    }
+
+    /// Greedy decoding of one prompt, up to `max_new_tokens`; stops after one of
+    /// `stop_tokens` (which is kept).
+    pub fn generate_greedy(
+        &mut self,
+        prompt: &[u32],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+    ) -> Result<Vec<u32>> {
+        if prompt.is_empty() {
+            return Err(Error::Data {
+                source_name: "quantized generate".to_owned(),
+                message: "the prompt is empty; start it with at least one token".to_owned(),
+            });
+        }
+        let mut out = Vec::new();
+        if max_new_tokens == 0 {
+            return Ok(out);
+        }
+        let mut logits = self.forward(prompt, 0)?;
+        let mut past = prompt.len();
+        loop {
+            let token = argmax(&logits);
+            out.push(token);
+            if out.len() == max_new_tokens || stop_tokens.contains(&token) {
+                return Ok(out);
+            }
+            logits = self.forward(&[token], past)?;
+            past += 1;
+        }
+    }
+
+    /// Rows of the output head.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+/// Index of the largest value (the first on ties; NaN never wins).
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (idx, &v) in values.iter().enumerate() {
+        if v > values[best] || values[best].is_nan() {
+            best = idx;
+        }
+    }
+    best as u32
+}

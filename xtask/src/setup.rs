@@ -127,6 +127,28 @@ fn ensure_assets() -> Result<()> {
         }
         let _ = std::fs::remove_dir_all(&tmp);
     }
+
+    // A third-party MCP server the MCP client's tests drive.
+    let npm_prefix = cache.join("npm");
+    let everything =
+        npm_prefix.join("node_modules/@modelcontextprotocol/server-everything/package.json");
+    if !everything.exists() {
+        std::fs::create_dir_all(&npm_prefix)
+            .with_context(|| format!("cannot create {}", npm_prefix.display()))?;
+        run(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--save-exact",
+                    "--prefix",
+                ])
+                .arg(&npm_prefix)
+                .arg("@modelcontextprotocol/server-everything@2026.8.31"),
+            "install the MCP server @modelcontextprotocol/server-everything from npm",
+        )?;
+    }
     Ok(())
 }
 

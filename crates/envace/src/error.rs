@@ -101,6 +101,15 @@ pub enum Error {
         /// The k asked for.
         k: u64,
     },
+
+    /// Task generation cannot go on: names what (a domain, a family, a task id) and why.
+    #[error("task generation, {what}: {message}")]
+    TaskGen {
+        /// The domain, family, task or parameter at fault.
+        what: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl Error {

@@ -8,5 +8,6 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod store;
+pub mod tasks;
 
 pub use error::{Error, Result};

@@ -110,6 +110,15 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+
+    /// An MCP server could not be served, reached or initialised; names the server.
+    #[error("MCP {server}: {message}")]
+    Mcp {
+        /// The server: a command line, a URL or what was being served.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl Error {

@@ -7,6 +7,7 @@
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod mcp;
 pub mod store;
 pub mod tasks;
 

@@ -4,7 +4,7 @@
 //! # Serving
 //!
 //! [`serve_stdio`] serves one environment over stdin/stdout until the client closes it;
-//! [`serve_http`] serves streamable HTTP on an address (use a loopback one) from a background
+//! [`serve_http`] serves streamable HTTP on a loopback address (others are refused) from a background
 //! thread, every MCP session with its own fresh environment. `tools/list` gives the domain's
 //! tools (schema and description; `readOnlyHint` is set for tools that cannot change the
 //! state), `tools/call` runs a tool: the text content is exactly [`render_outcome`] of the
@@ -257,6 +257,12 @@ impl Drop for HttpServer {
 /// Serves streamable HTTP at `addr` (endpoint `/mcp`), each session with a fresh environment.
 pub fn serve_http(addr: SocketAddr, factory: &EnvFactory) -> Result<HttpServer> {
     let what = format!("HTTP server on {addr}");
+    if !addr.ip().is_loopback() {
+        return Err(Error::Mcp {
+            server: what,
+            message: "only loopback addresses (127.0.0.1, ::1) are served: the endpoint has no authentication".to_owned(),
+        });
+    }
     let listener = std::net::TcpListener::bind(addr).map_err(|err| Error::Mcp {
         server: what.clone(),
         message: format!("cannot listen: {err}"),
@@ -508,8 +514,29 @@ impl McpEnvironment {
 
     fn faulted(&mut self, fault: EnvFault) -> ToolOutcome {
         let message = fault.to_string();
+        if matches!(fault, EnvFault::Timeout { .. }) {
+            // A hung server is of no further use and must not linger.
+            self.kill_server();
+        }
         self.fault = Some(fault);
         ToolOutcome::Failure(ToolFailure::new(ErrorCode::EnvironmentFault, message))
+    }
+
+    /// Ends the session; a spawned server that does not stop within 2 s is killed.
+    fn kill_server(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        if let Some(pid) = self.pid.take() {
+            // Kill first: a server hung inside a call would not exit on a closed stdin.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let _ = self.runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), client.cancel()).await
+        });
     }
 
     fn record(&mut self, name: &str, arguments: &Value, outcome: &ToolOutcome) {
@@ -651,7 +678,9 @@ impl Environment for McpEnvironment {
 
     fn reset(&mut self, _seed: u64) {
         if let Some(client) = self.client.take() {
-            let _ = self.runtime.block_on(client.cancel());
+            let _ = self.runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(2), client.cancel()).await
+            });
         }
         self.log = Sha256::new();
         self.fault = None;
@@ -718,10 +747,19 @@ impl Environment for McpEnvironment {
 
 impl Drop for McpEnvironment {
     fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            let _ = self.runtime.block_on(async {
-                tokio::time::timeout(Duration::from_secs(2), client.cancel()).await
-            });
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let stopped = self.runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(2), client.cancel()).await
+        });
+        if stopped.is_err()
+            && let Some(pid) = self.pid
+        {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }

@@ -267,6 +267,7 @@ fn a_hung_server_times_out_with_retries_and_masks_the_episode() {
         ..McpOptions::default()
     };
     let mut env = McpEnvironment::connect(stdio_server("hang"), options).unwrap();
+    let pid = env.server_pid().unwrap();
     assert!(!env.call("multiply", &json!({"a": 2, "b": 2})).is_failure());
     let start = Instant::now();
     let outcome = env.call("add", &json!({"a": 1, "b": 2}));
@@ -282,6 +283,24 @@ fn a_hung_server_times_out_with_retries_and_masks_the_episode() {
     assert!(
         matches!(&reason, EnvFault::Timeout { tool, attempts: 2, .. } if tool == "add"),
         "{reason:?}"
+    );
+    // The hung server was killed, not left behind.
+    let pid = pid.to_string();
+    let alive = std::process::Command::new("kill")
+        .args(["-0", &pid])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "the hung server (pid {pid}) is still running");
+}
+
+fn only_loopback_addresses_are_served() {
+    let factory = domain_factory(Domain::Functions, None).unwrap();
+    let err = serve_http("0.0.0.0:0".parse().unwrap(), &factory).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "MCP HTTP server on 0.0.0.0:0: only loopback addresses (127.0.0.1, ::1) are served: the endpoint has no authentication"
     );
 }
 
@@ -389,6 +408,10 @@ fn main() {
         (
             "an_unreachable_server_is_an_error_naming_it",
             Box::new(an_unreachable_server_is_an_error_naming_it),
+        ),
+        (
+            "only_loopback_addresses_are_served",
+            Box::new(only_loopback_addresses_are_served),
         ),
         (
             "a_third_party_npm_server_is_an_environment",

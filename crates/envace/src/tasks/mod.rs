@@ -34,7 +34,11 @@
 //! generation seed; orders and reservations follow their user. A task of a split only names
 //! (in its calls) and reads (in its answer) entities of that split; [`GenTask::touched`] lists
 //! them as `kind:id` keys. In the functions domain the data values (numbers, texts, dates)
-//! are split the same way.
+//! are split the same way. Catalogue-wide reads are not counted as touching: the product list
+//! (`list_all_product_types`, asked for from difficulty 2 in `variant_availability`) names every
+//! product, and a record's own details show ids it refers to (an order's items, a reservation's
+//! flights) without the task asking about them. Flight searches are counted: every flight a
+//! search finds belongs to the task's split.
 //!
 //! # Seeds
 //!

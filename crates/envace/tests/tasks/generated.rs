@@ -358,3 +358,68 @@ fn oracle_turns_use_the_hermes_format_and_render_real_outcomes() {
         );
     }
 }
+
+#[test]
+fn difficulty_adds_steps_checks_and_families() {
+    let mut rows = Vec::new();
+    for domain in DOMAINS {
+        for difficulty in 1..=5 {
+            let config = GenConfig {
+                seed: 17,
+                split: TaskSplit::Train,
+                difficulty,
+                n_tasks: 200,
+            };
+            let generated = generate(domain, sources(), &config).unwrap();
+            let n_calls: usize = generated
+                .iter()
+                .map(|t| {
+                    t.oracle
+                        .iter()
+                        .map(|m| parse_tool_calls(&m.content).len())
+                        .sum::<usize>()
+                })
+                .sum();
+            let n_standards: usize = generated
+                .iter()
+                .map(|t| t.checklists[0].standards.len())
+                .sum();
+            let n_state = generated
+                .iter()
+                .filter(|t| {
+                    t.checklists[0]
+                        .standards
+                        .iter()
+                        .any(|s| matches!(s.rule, Rule::StateHash { .. }))
+                })
+                .count();
+            let n_families = generated
+                .iter()
+                .map(|t| t.family)
+                .collect::<BTreeSet<_>>()
+                .len();
+            rows.push(format!(
+                "{domain:?} d{difficulty}: {:.2} calls, {:.2} standards, {n_state}/200 with a state check, {n_families} families",
+                n_calls as f64 / 200.0,
+                n_standards as f64 / 200.0
+            ));
+        }
+    }
+    expect_test::expect![[r#"
+        Retail d1: 1.00 calls, 2.37 standards, 0/200 with a state check, 3 families
+        Retail d2: 1.97 calls, 3.52 standards, 74/200 with a state check, 6 families
+        Retail d3: 2.38 calls, 5.50 standards, 200/200 with a state check, 7 families
+        Retail d4: 2.55 calls, 5.49 standards, 200/200 with a state check, 8 families
+        Retail d5: 2.46 calls, 5.59 standards, 200/200 with a state check, 8 families
+        Airline d1: 1.00 calls, 2.54 standards, 0/200 with a state check, 2 families
+        Airline d2: 1.80 calls, 3.88 standards, 51/200 with a state check, 4 families
+        Airline d3: 2.08 calls, 5.05 standards, 200/200 with a state check, 6 families
+        Airline d4: 2.22 calls, 6.01 standards, 200/200 with a state check, 7 families
+        Airline d5: 2.19 calls, 6.07 standards, 200/200 with a state check, 7 families
+        Functions d1: 1.00 calls, 2.00 standards, 0/200 with a state check, 2 families
+        Functions d2: 1.00 calls, 2.00 standards, 0/200 with a state check, 4 families
+        Functions d3: 2.00 calls, 4.00 standards, 0/200 with a state check, 1 families
+        Functions d4: 2.50 calls, 5.01 standards, 0/200 with a state check, 1 families
+        Functions d5: 3.55 calls, 7.10 standards, 0/200 with a state check, 1 families"#]]
+    .assert_eq(&rows.join("\n"));
+}

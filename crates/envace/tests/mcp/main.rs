@@ -418,6 +418,13 @@ fn main() {
             Box::new(a_third_party_npm_server_is_an_environment),
         ),
     ];
+    // `--list` (IDEs, nextest) gets the names in libtest's format and runs nothing.
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in &tests {
+            println!("{name}: test");
+        }
+        return;
+    }
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

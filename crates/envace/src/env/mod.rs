@@ -9,7 +9,11 @@
 //!
 //! Environments are cheap to clone ([`Environment::box_clone`]) so that a rehearsed call can
 //! later be replayed against a copy of the real state, and expose a canonical state hash
-//! ([`Environment::state_hash`], sha256 hex) so two states can be compared.
+//! ([`Environment::state_hash`], sha256 hex) so two states can be compared;
+//! [`Environment::delta_hash`] compares states reached from the same initial state more cheaply.
+//! An environment that can no longer answer truthfully (an MCP server that crashed or hung)
+//! reports an [`EnvFault`] through [`Environment::fault`]; [`EpisodeScore`] then masks the
+//! episode with that reason instead of scoring it.
 
 pub mod pyjson;
 pub mod tau2;

@@ -20,7 +20,7 @@
 //! state-changing call is never retried (it may have been applied). When the server cannot
 //! answer truthfully (it crashed, hung past every attempt, or broke the protocol) the call
 //! returns an `ENVIRONMENT_FAULT` failure and [`Environment::fault`] reports an [`EnvFault`]
-//! from then on: the rollout turns the episode into [`EpisodeScore::Masked`] with the reason,
+//! from then on: the rollout turns the episode into [`crate::env::EpisodeScore::Masked`] with the reason,
 //! never a zero reward.
 //!
 //! The remote state is opaque: [`McpEnvironment::state_hash`] hashes the calls made and the

@@ -4,7 +4,7 @@
 //!
 //! Generated tasks live here, in `tasks/` (not under `env/`): they are data built *on top of*
 //! environments, and the rule judge that scores a trajectory against a checklist is here too
-//! ([`judge`]).
+//! ([`mod@judge`]).
 //!
 //! # What a task is
 //!

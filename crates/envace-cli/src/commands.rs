@@ -22,6 +22,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             runs_command(command, &path)
         }
+        Command::Env(command) => crate::env_commands::env_command(command),
+        Command::ServeEnv {
+            domain,
+            stdio,
+            http,
+            data,
+        } => crate::env_commands::serve_env(domain, stdio, http, data.as_deref()),
     }
 }
 
@@ -219,7 +226,7 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
 
 /// Writes `bytes` to standard output, or to `out` through a temporary file and a rename, so an
 /// existing file is replaced whole or not at all (and only with `force`).
-fn emit(out: Option<&Path>, force: bool, bytes: &[u8]) -> Result<()> {
+pub(crate) fn emit(out: Option<&Path>, force: bool, bytes: &[u8]) -> Result<()> {
     let Some(out) = out else {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(bytes)?;

@@ -1,13 +1,16 @@
 //! The `envace` command line: experiment configs and the run store, from a terminal.
 
 mod commands;
+mod env_commands;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// EnvACE Studio from the command line: validate experiment configs, inspect and export runs.
+/// EnvACE Studio from the command line: validate experiment configs, inspect and export runs,
+/// call and serve the built-in environments.
 #[derive(Debug, Parser)]
 #[command(name = "envace", version, propagate_version = true)]
 struct Cli {
@@ -31,6 +34,71 @@ enum Command {
     /// Runs in the store: list, show, export.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Built-in environments: call a tool, replay a τ²-bench task.
+    #[command(subcommand)]
+    Env(EnvCommand),
+    /// Serve a built-in domain as an MCP server (one environment state per session).
+    ServeEnv {
+        /// The domain to serve.
+        #[arg(value_enum)]
+        domain: DomainArg,
+        /// Serve over standard input and output.
+        #[arg(long, required_unless_present = "http", conflicts_with = "http")]
+        stdio: bool,
+        /// Serve streamable HTTP on this address (endpoint /mcp), e.g. 127.0.0.1:8931.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<SocketAddr>,
+        /// τ²-bench data: the domain folder (with db.json) or the folder above it.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EnvCommand {
+    /// Call one tool on a fresh environment and print the response the agent would see.
+    Call {
+        /// The domain.
+        #[arg(value_enum)]
+        domain: DomainArg,
+        /// The tool name.
+        tool: String,
+        /// The arguments, a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        args: String,
+        /// τ²-bench data: the domain folder (with db.json) or the folder above it.
+        #[arg(long, value_name = "DIR")]
+        data: Option<PathBuf>,
+    },
+    /// Replay a τ²-bench task's gold actions; print each response and the final state hash.
+    Replay {
+        /// The domain (retail or airline).
+        #[arg(value_enum)]
+        domain: DomainArg,
+        /// τ²-bench data: the domain folder (with db.json) or the folder above it.
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// The task id in tasks.json.
+        #[arg(long)]
+        task: String,
+        /// Write the final database as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        dump_state: Option<PathBuf>,
+        /// Overwrite --dump-state if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A built-in domain.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DomainArg {
+    /// τ²-bench retail.
+    Retail,
+    /// τ²-bench airline.
+    Airline,
+    /// Stateless BFCL-style functions.
+    Functions,
 }
 
 #[derive(Debug, Subcommand)]

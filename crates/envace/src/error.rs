@@ -186,6 +186,24 @@ pub enum Error {
         /// What went wrong, with the template line when known.
         message: String,
     },
+
+    /// Task generation cannot go on: names what (a domain, a family, a task id) and why.
+    #[error("task generation, {what}: {message}")]
+    TaskGen {
+        /// The domain, family, task or parameter at fault.
+        what: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// An MCP server could not be served, reached or initialised; names the server.
+    #[error("MCP {server}: {message}")]
+    Mcp {
+        /// The server: a command line, a URL or what was being served.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl Error {

@@ -8,8 +8,10 @@ pub mod chat;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod mcp;
 pub mod model;
 pub mod store;
+pub mod tasks;
 pub mod tokenize;
 
 pub use error::{Error, Result};

@@ -9,7 +9,11 @@
 //!
 //! Environments are cheap to clone ([`Environment::box_clone`]) so that a rehearsed call can
 //! later be replayed against a copy of the real state, and expose a canonical state hash
-//! ([`Environment::state_hash`], sha256 hex) so two states can be compared.
+//! ([`Environment::state_hash`], sha256 hex) so two states can be compared;
+//! [`Environment::delta_hash`] compares states reached from the same initial state more cheaply.
+//! An environment that can no longer answer truthfully (an MCP server that crashed or hung)
+//! reports an [`EnvFault`] through [`Environment::fault`]; [`EpisodeScore`] then masks the
+//! episode with that reason instead of scoring it.
 
 pub mod pyjson;
 pub mod tau2;
@@ -31,6 +35,9 @@ pub enum ErrorCode {
     InvalidParameters,
     /// The tool ran and raised an error (the reference's `ValueError` and friends).
     ToolError,
+    /// The environment itself could not answer (a crashed, hung or unreachable MCP server):
+    /// the episode is masked ([`Environment::fault`] says why).
+    EnvironmentFault,
 }
 
 impl ErrorCode {
@@ -40,6 +47,7 @@ impl ErrorCode {
             ErrorCode::ToolNotAvailable => "TOOL_NOT_AVAILABLE",
             ErrorCode::InvalidParameters => "INVALID_PARAMETERS",
             ErrorCode::ToolError => "TOOL_ERROR",
+            ErrorCode::EnvironmentFault => "ENVIRONMENT_FAULT",
         }
     }
 }
@@ -290,8 +298,108 @@ pub trait Environment: fmt::Debug + Send + Sync {
     /// sha256 hex of the canonical serialisation of the state.
     fn state_hash(&self) -> String;
 
+    /// sha256 hex of how the state differs from the environment's initial state (the state
+    /// right after `reset`). Two states reached from the same initial state are equal exactly
+    /// when their delta hashes are; environments with large states compute it from the changed
+    /// parts only. By default it is the full [`Environment::state_hash`].
+    fn delta_hash(&self) -> String {
+        self.state_hash()
+    }
+
     /// An independent copy of the environment, state included.
     fn box_clone(&self) -> Box<dyn Environment>;
+
+    /// Why the environment can no longer answer truthfully, once it cannot (built-in
+    /// environments never fault). A rollout that sees a fault masks the episode.
+    fn fault(&self) -> Option<EnvFault> {
+        None
+    }
+}
+
+/// Why an environment could not answer a call: the episode is masked, not scored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EnvFault {
+    /// A call got no answer within its timeout, on every attempt.
+    Timeout {
+        /// The server.
+        server: String,
+        /// The tool called.
+        tool: String,
+        /// The timeout of one attempt.
+        timeout_secs: f64,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The connection closed: the server process exited or crashed.
+    Disconnected {
+        /// The server.
+        server: String,
+        /// What was seen.
+        detail: String,
+    },
+    /// The transport kept failing (connection refused, broken pipe) on every attempt.
+    Transport {
+        /// The server.
+        server: String,
+        /// The last error.
+        detail: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+impl fmt::Display for EnvFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnvFault::Timeout {
+                server,
+                tool,
+                timeout_secs,
+                attempts,
+            } => write!(
+                f,
+                "MCP server {server} did not answer {tool} within {timeout_secs} s ({attempts} attempt(s))"
+            ),
+            EnvFault::Disconnected { server, detail } => {
+                write!(f, "MCP server {server} is gone: {detail}")
+            }
+            EnvFault::Transport {
+                server,
+                detail,
+                attempts,
+            } => write!(
+                f,
+                "MCP server {server} unreachable after {attempts} attempt(s): {detail}"
+            ),
+        }
+    }
+}
+
+/// How an episode counts: scored, or masked with the reason (never a silent zero).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EpisodeScore {
+    /// The judge's episode score.
+    Scored {
+        /// The score.
+        score: f64,
+    },
+    /// Left out of training and metrics.
+    Masked {
+        /// Why.
+        reason: EnvFault,
+    },
+}
+
+impl EpisodeScore {
+    /// The judge's score, unless the environment faulted during the episode.
+    pub fn new(score: f64, env: &dyn Environment) -> Self {
+        match env.fault() {
+            Some(reason) => EpisodeScore::Masked { reason },
+            None => EpisodeScore::Scored { score },
+        }
+    }
 }
 
 impl Clone for Box<dyn Environment> {

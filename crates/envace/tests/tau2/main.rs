@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 mod gold;
+mod reset;
 mod rewards;
 mod tools;
 mod validation;

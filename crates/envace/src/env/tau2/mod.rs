@@ -150,6 +150,51 @@ fn write_table<T: Serialize + PartialEq>(
     out.push('}');
 }
 
+/// Appends `table/key: text` for every record of `current` that differs from `initial`
+/// (changed or added) and `table/key: <removed>` for every record it lacks, keys sorted.
+fn write_delta<T: Serialize + PartialEq>(
+    out: &mut String,
+    name: &str,
+    current: &OrderedMap<T>,
+    initial: &OrderedMap<T>,
+) {
+    let mut lines: Vec<(String, String)> = Vec::new();
+    for (key, record) in current.iter() {
+        if initial.get(key) != Some(record) {
+            lines.push((key.clone(), canonical_text(record)));
+        }
+    }
+    for key in initial.keys() {
+        if !current.contains_key(key) {
+            lines.push((key.clone(), "<removed>".to_owned()));
+        }
+    }
+    lines.sort();
+    for (key, text) in lines {
+        out.push_str(name);
+        out.push('/');
+        out.push_str(&key);
+        out.push_str(": ");
+        out.push_str(&text);
+        out.push('\n');
+    }
+}
+
+/// Puts a table back to its initial records, cloning only the records that changed (the
+/// whole table when keys were added in between or reordered).
+fn restore_table<T: Clone + PartialEq>(current: &mut OrderedMap<T>, initial: &OrderedMap<T>) {
+    current.retain(|key, _| initial.contains_key(key));
+    if current.len() != initial.len() || !current.keys().eq(initial.keys()) {
+        *current = initial.clone();
+        return;
+    }
+    for (record, original) in current.values_mut().zip(initial.values()) {
+        if record != original {
+            *record = original.clone();
+        }
+    }
+}
+
 /// A loaded domain: initial database, tasks, policy, splits and tools.
 pub struct Tau2Domain {
     kind: DomainKind,
@@ -320,6 +365,34 @@ impl Tau2Domain {
         sha256_hex(&out)
     }
 
+    /// sha256 hex of what differs between a database of this domain and the initial one:
+    /// every changed, added or removed record with its canonical text, keys sorted. Two
+    /// databases of the domain have equal delta hashes exactly when they are equal; computing
+    /// it serialises only the changed records.
+    pub fn delta_hash(&self, db: &Db) -> String {
+        let mut out = String::new();
+        match (db, &self.initial) {
+            (Db::Retail(db), Db::Retail(initial)) => {
+                write_delta(&mut out, "orders", &db.orders, &initial.orders);
+                write_delta(&mut out, "products", &db.products, &initial.products);
+                write_delta(&mut out, "users", &db.users, &initial.users);
+            }
+            (Db::Airline(db), Db::Airline(initial)) => {
+                write_delta(&mut out, "flights", &db.flights, &initial.flights);
+                write_delta(
+                    &mut out,
+                    "reservations",
+                    &db.reservations,
+                    &initial.reservations,
+                );
+                write_delta(&mut out, "users", &db.users, &initial.users);
+            }
+            // A database of another domain: the full hash, marked.
+            (other, _) => return format!("full:{}", other.hash()),
+        }
+        sha256_hex(&out)
+    }
+
     /// A fresh environment in the domain's initial state.
     pub fn env(self: &Arc<Self>, seed: u64) -> Tau2Env {
         Tau2Env {
@@ -436,7 +509,21 @@ impl Environment for Tau2Env {
     }
 
     fn reset(&mut self, seed: u64) {
-        self.db = self.domain.initial.clone();
+        // Only the records that changed are copied back: resetting after a short task is
+        // cheap even on the megabyte databases.
+        match (&mut self.db, &self.domain.initial) {
+            (Db::Retail(db), Db::Retail(initial)) => {
+                restore_table(&mut db.orders, &initial.orders);
+                restore_table(&mut db.products, &initial.products);
+                restore_table(&mut db.users, &initial.users);
+            }
+            (Db::Airline(db), Db::Airline(initial)) => {
+                restore_table(&mut db.flights, &initial.flights);
+                restore_table(&mut db.reservations, &initial.reservations);
+                restore_table(&mut db.users, &initial.users);
+            }
+            (db, initial) => *db = initial.clone(),
+        }
         self.seed = seed;
     }
 
@@ -457,6 +544,10 @@ impl Environment for Tau2Env {
 
     fn state_hash(&self) -> String {
         self.domain.state_hash(&self.db)
+    }
+
+    fn delta_hash(&self) -> String {
+        self.domain.delta_hash(&self.db)
     }
 
     fn box_clone(&self) -> Box<dyn Environment> {

@@ -15,9 +15,26 @@ use indexmap::IndexMap;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// An insertion-ordered map from strings to `V`.
-#[derive(Debug, Clone, PartialEq)]
+/// An insertion-ordered map from strings to `V`. Equality is a dict's: the same keys with
+/// equal values, in any order.
+#[derive(Debug, Clone)]
 pub struct OrderedMap<V>(IndexMap<String, V, RandomState>);
+
+impl<V: PartialEq> PartialEq for OrderedMap<V> {
+    fn eq(&self, other: &Self) -> bool {
+        if self.0.len() != other.0.len() {
+            return false;
+        }
+        // Fast path: maps cloned from one another keep their order, so compare in step and
+        // fall back to look-ups (order-insensitive) only when the orders differ.
+        let same_order = self
+            .0
+            .iter()
+            .zip(other.0.iter())
+            .all(|((k1, v1), (k2, v2))| k1 == k2 && v1 == v2);
+        same_order || self.0 == other.0
+    }
+}
 
 impl<V> Default for OrderedMap<V> {
     fn default() -> Self {

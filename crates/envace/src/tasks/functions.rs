@@ -1,0 +1,740 @@
+//! The stateless BFCL-style `functions` domain: independent pure functions with JSON Schemas
+//! (arithmetic, unit conversion, string operations, dates) as an [`Environment`], and its task
+//! families with single, multiple, parallel and parallel-multiple calls.
+//!
+//! Every function returns `{"result": value}`. Numbers come back as integers when integral and
+//! otherwise rounded to 4 decimals. Dates are proleptic Gregorian `YYYY-MM-DD`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::{Call, Fact, Plan, Rng, fill, split_of};
+use crate::config::TaskSplit;
+use crate::env::{Environment, ErrorCode, ToolFailure, ToolOutcome, ToolSet, ToolSpec, pyjson};
+use crate::error::Result;
+
+/// The functions environment. It has no state: its hash is the hash of `{}`.
+#[derive(Debug, Clone)]
+pub struct FunctionsEnv {
+    tools: Arc<ToolSet>,
+}
+
+fn number(description: &str) -> Value {
+    json!({"type": "number", "description": description})
+}
+
+fn text(description: &str) -> Value {
+    json!({"type": "string", "description": description})
+}
+
+fn object(properties: Vec<(&str, Value)>) -> Value {
+    let required: Vec<&str> = properties.iter().map(|(k, _)| *k).collect();
+    let mut props = Map::new();
+    for (key, schema) in properties {
+        props.insert(key.to_owned(), schema);
+    }
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+}
+
+const LENGTH_UNITS: [(&str, f64); 6] = [
+    ("mm", 0.001),
+    ("cm", 0.01),
+    ("m", 1.0),
+    ("km", 1000.0),
+    ("in", 0.0254),
+    ("ft", 0.3048),
+];
+
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// The functions' specs.
+pub fn tool_specs() -> Vec<ToolSpec> {
+    let spec = |name: &str, description: &str, parameters: Value| ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters,
+        mutates_state: false,
+    };
+    let length_unit = |what: &str| json!({"type": "string", "enum": LENGTH_UNITS.iter().map(|(u, _)| *u).collect::<Vec<_>>(), "description": what});
+    let temp_unit =
+        |what: &str| json!({"type": "string", "enum": ["C", "F", "K"], "description": what});
+    vec![
+        spec(
+            "add",
+            "Add two numbers.",
+            object(vec![
+                ("a", number("First addend.")),
+                ("b", number("Second addend.")),
+            ]),
+        ),
+        spec(
+            "subtract",
+            "Subtract b from a.",
+            object(vec![
+                ("a", number("Minuend.")),
+                ("b", number("Subtrahend.")),
+            ]),
+        ),
+        spec(
+            "multiply",
+            "Multiply two numbers.",
+            object(vec![
+                ("a", number("First factor.")),
+                ("b", number("Second factor.")),
+            ]),
+        ),
+        spec(
+            "power",
+            "Raise a base to an integer exponent (0 to 10).",
+            object(vec![
+                ("base", number("The base.")),
+                (
+                    "exponent",
+                    json!({"type": "integer", "minimum": 0, "maximum": 10, "description": "The exponent."}),
+                ),
+            ]),
+        ),
+        spec(
+            "convert_length",
+            "Convert a length between units (mm, cm, m, km, in, ft).",
+            object(vec![
+                ("value", number("The length.")),
+                ("from_unit", length_unit("Unit of the value.")),
+                ("to_unit", length_unit("Unit wanted.")),
+            ]),
+        ),
+        spec(
+            "convert_temperature",
+            "Convert a temperature between Celsius (C), Fahrenheit (F) and Kelvin (K).",
+            object(vec![
+                ("value", number("The temperature.")),
+                ("from_unit", temp_unit("Unit of the value.")),
+                ("to_unit", temp_unit("Unit wanted.")),
+            ]),
+        ),
+        spec(
+            "reverse_string",
+            "Reverse a text character by character.",
+            object(vec![("text", text("The text."))]),
+        ),
+        spec(
+            "count_vowels",
+            "Count the vowels (a, e, i, o, u, either case) in a text.",
+            object(vec![("text", text("The text."))]),
+        ),
+        spec(
+            "to_uppercase",
+            "Turn a text into upper case.",
+            object(vec![("text", text("The text."))]),
+        ),
+        spec(
+            "days_between",
+            "Number of days from start_date to end_date (negative when end is earlier).",
+            object(vec![
+                ("start_date", text("Date, YYYY-MM-DD.")),
+                ("end_date", text("Date, YYYY-MM-DD.")),
+            ]),
+        ),
+        spec(
+            "add_days",
+            "The date a number of days after (or, if negative, before) a date.",
+            object(vec![
+                ("date", text("Date, YYYY-MM-DD.")),
+                (
+                    "days",
+                    json!({"type": "integer", "description": "Days to add."}),
+                ),
+            ]),
+        ),
+        spec(
+            "day_of_week",
+            "The weekday of a date, e.g. 'Monday'.",
+            object(vec![("date", text("Date, YYYY-MM-DD."))]),
+        ),
+    ]
+}
+
+impl FunctionsEnv {
+    /// The environment with every function.
+    pub fn new() -> Result<Self> {
+        Ok(FunctionsEnv {
+            tools: Arc::new(ToolSet::new(tool_specs())?),
+        })
+    }
+}
+
+/// Days since 1970-01-01 of a civil date (Gregorian, any year).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The civil date of a day count since 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn parse_date(key: &str, value: &str) -> std::result::Result<i64, String> {
+    let bad = || format!("argument {key}: {value:?} is not a date YYYY-MM-DD");
+    let parts: Vec<&str> = value.split('-').collect();
+    let [y, m, d] = parts.as_slice() else {
+        return Err(bad());
+    };
+    if y.len() != 4 || m.len() != 2 || d.len() != 2 {
+        return Err(bad());
+    }
+    let (year, month, day): (i64, i64, i64) = (
+        y.parse().map_err(|_| bad())?,
+        m.parse().map_err(|_| bad())?,
+        d.parse().map_err(|_| bad())?,
+    );
+    let days = days_from_civil(year, month, day);
+    if !(1..=12).contains(&month) || civil_from_days(days) != (year, month, day) {
+        return Err(bad());
+    }
+    Ok(days)
+}
+
+fn format_date(days: i64) -> String {
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// A number result: an integer when integral, else rounded to 4 decimals.
+fn num(x: f64) -> std::result::Result<Value, String> {
+    if !x.is_finite() {
+        return Err(format!("the result {x} is not a finite number"));
+    }
+    let rounded = (x * 10_000.0).round() / 10_000.0;
+    if rounded.fract() == 0.0 && rounded.abs() < 1e15 {
+        return Ok(json!(rounded as i64));
+    }
+    serde_json::Number::from_f64(rounded)
+        .map(Value::Number)
+        .ok_or_else(|| format!("the result {x} is not a finite number"))
+}
+
+fn run(name: &str, args: &Map<String, Value>) -> std::result::Result<Value, String> {
+    let f = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| format!("argument {key} must be a number"))
+    };
+    let s = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("argument {key} must be a string"))
+    };
+    let i = |key: &str| {
+        args.get(key)
+            .and_then(crate::env::tau2::as_int)
+            .ok_or_else(|| format!("argument {key} must be an integer"))
+    };
+    let result = match name {
+        "add" => num(f("a")? + f("b")?)?,
+        "subtract" => num(f("a")? - f("b")?)?,
+        "multiply" => num(f("a")? * f("b")?)?,
+        "power" => num(f("base")?.powi(i("exponent")? as i32))?,
+        "convert_length" => {
+            let factor = |key: &str| -> std::result::Result<f64, String> {
+                let unit = s(key)?;
+                LENGTH_UNITS
+                    .iter()
+                    .find(|(u, _)| *u == unit)
+                    .map(|(_, factor)| *factor)
+                    .ok_or_else(|| format!("argument {key}: unknown unit {unit:?}"))
+            };
+            num(f("value")? * factor("from_unit")? / factor("to_unit")?)?
+        }
+        "convert_temperature" => {
+            let value = f("value")?;
+            let kelvin = match s("from_unit")? {
+                "C" => value + 273.15,
+                "F" => (value - 32.0) * 5.0 / 9.0 + 273.15,
+                "K" => value,
+                other => return Err(format!("argument from_unit: unknown unit {other:?}")),
+            };
+            num(match s("to_unit")? {
+                "C" => kelvin - 273.15,
+                "F" => (kelvin - 273.15) * 9.0 / 5.0 + 32.0,
+                "K" => kelvin,
+                other => return Err(format!("argument to_unit: unknown unit {other:?}")),
+            })?
+        }
+        "reverse_string" => json!(s("text")?.chars().rev().collect::<String>()),
+        "count_vowels" => json!(
+            s("text")?
+                .chars()
+                .filter(|c| "aeiouAEIOU".contains(*c))
+                .count()
+        ),
+        "to_uppercase" => json!(s("text")?.to_uppercase()),
+        "days_between" => json!(
+            parse_date("end_date", s("end_date")?)? - parse_date("start_date", s("start_date")?)?
+        ),
+        "add_days" => json!(format_date(parse_date("date", s("date")?)? + i("days")?)),
+        "day_of_week" => {
+            // 1970-01-01 was a Thursday (index 3 from Monday).
+            let days = parse_date("date", s("date")?)?;
+            json!(WEEKDAYS[(days + 3).rem_euclid(7) as usize])
+        }
+        other => return Err(format!("Tool '{other}' not found.")),
+    };
+    Ok(json!({ "result": result }))
+}
+
+impl Environment for FunctionsEnv {
+    fn name(&self) -> &str {
+        "functions"
+    }
+
+    fn tools(&self) -> &[ToolSpec] {
+        self.tools.specs()
+    }
+
+    fn reset(&mut self, _seed: u64) {}
+
+    fn call(&mut self, name: &str, arguments: &Value) -> ToolOutcome {
+        let args = match self.tools.check(name, arguments) {
+            Ok(args) => args,
+            Err(failure) => return ToolOutcome::Failure(failure),
+        };
+        match run(name, args) {
+            Ok(value) => ToolOutcome::Success(value),
+            Err(message) => ToolOutcome::Failure(ToolFailure::new(ErrorCode::ToolError, message)),
+        }
+    }
+
+    fn state_hash(&self) -> String {
+        crate::env::tau2::canonical_hash(&json!({}))
+    }
+
+    fn box_clone(&self) -> Box<dyn Environment> {
+        Box::new(self.clone())
+    }
+}
+
+const WORDS: [&str; 24] = [
+    "banana",
+    "orchestra",
+    "quantum",
+    "meadow",
+    "lantern",
+    "cascade",
+    "harbor",
+    "velvet",
+    "ember",
+    "horizon",
+    "pebble",
+    "saffron",
+    "thunder",
+    "umbrella",
+    "voyage",
+    "whisper",
+    "galaxy",
+    "iceberg",
+    "juniper",
+    "kestrel",
+    "labyrinth",
+    "marble",
+    "nectar",
+    "origami",
+];
+
+/// A data value of the split: draws until the value's key falls in it.
+fn split_value<T: ToString>(
+    split: TaskSplit,
+    rng: &mut Rng,
+    mut draw: impl FnMut(&mut Rng) -> T,
+) -> T {
+    loop {
+        let value = draw(rng);
+        if split_of(&format!("value:{}", value.to_string())) == split {
+            return value;
+        }
+    }
+}
+
+/// One planned call with its question, the fact of its answer and the data values it uses.
+struct Item {
+    call: Call,
+    question: String,
+    answer_text: String,
+    values: Vec<String>,
+}
+
+fn shown(value: &Value) -> String {
+    pyjson::dumps(value, false)
+}
+
+/// A random single call of one kind (0 arithmetic, 1 units, 2 strings, 3 dates).
+fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
+    let env_result = |call: &Call| -> Option<Value> {
+        let args = call.arguments.as_object()?;
+        run(&call.name, args).ok()?.get("result").cloned()
+    };
+    let (call, question, values) = match kind {
+        0 => {
+            let a = split_value(split, rng, |r| r.range(2, 999));
+            let b = split_value(split, rng, |r| r.range(2, 99));
+            let op = *rng.pick(&["add", "subtract", "multiply", "power"])?;
+            let (call, q) = match op {
+                "power" => {
+                    let e = rng.range(2, 4);
+                    (
+                        Call::new("power", vec![("base", json!(b)), ("exponent", json!(e))]),
+                        pick(
+                            rng,
+                            &["{b} to the power of {e}", "{b}^{e}", "{b} raised to {e}"],
+                            &[("b", b.to_string()), ("e", e.to_string())],
+                        ),
+                    )
+                }
+                _ => (
+                    Call::new(op, vec![("a", json!(a)), ("b", json!(b))]),
+                    match op {
+                        "add" => pick(
+                            rng,
+                            &["{a} plus {b}", "the sum of {a} and {b}", "{a} + {b}"],
+                            &[("a", a.to_string()), ("b", b.to_string())],
+                        ),
+                        "subtract" => pick(
+                            rng,
+                            &["{a} minus {b}", "{b} subtracted from {a}", "{a} - {b}"],
+                            &[("a", a.to_string()), ("b", b.to_string())],
+                        ),
+                        _ => pick(
+                            rng,
+                            &["{a} times {b}", "the product of {a} and {b}", "{a} * {b}"],
+                            &[("a", a.to_string()), ("b", b.to_string())],
+                        ),
+                    },
+                ),
+            };
+            let values = if op == "power" {
+                vec![b.to_string()]
+            } else {
+                vec![a.to_string(), b.to_string()]
+            };
+            (call, q, values)
+        }
+        1 => {
+            let value = split_value(split, rng, |r| r.range(1, 500));
+            if rng.chance(0.5) {
+                let from = rng.pick(&LENGTH_UNITS)?.0;
+                let to = rng.pick(&LENGTH_UNITS)?.0;
+                if from == to {
+                    return None;
+                }
+                (
+                    Call::new(
+                        "convert_length",
+                        vec![
+                            ("value", json!(value)),
+                            ("from_unit", json!(from)),
+                            ("to_unit", json!(to)),
+                        ],
+                    ),
+                    pick(
+                        rng,
+                        &[
+                            "{v} {f} in {t}",
+                            "how many {t} are {v} {f}",
+                            "{v} {f} converted to {t}",
+                        ],
+                        &[
+                            ("v", value.to_string()),
+                            ("f", from.to_owned()),
+                            ("t", to.to_owned()),
+                        ],
+                    ),
+                    vec![value.to_string()],
+                )
+            } else {
+                let from = *rng.pick(&["C", "F", "K"])?;
+                let to = *rng.pick(&["C", "F", "K"])?;
+                if from == to {
+                    return None;
+                }
+                (
+                    Call::new(
+                        "convert_temperature",
+                        vec![
+                            ("value", json!(value)),
+                            ("from_unit", json!(from)),
+                            ("to_unit", json!(to)),
+                        ],
+                    ),
+                    pick(
+                        rng,
+                        &[
+                            "{v} degrees {f} in {t}",
+                            "{v}°{f} expressed in {t}",
+                            "the temperature {v} {f} converted to {t}",
+                        ],
+                        &[
+                            ("v", value.to_string()),
+                            ("f", from.to_owned()),
+                            ("t", to.to_owned()),
+                        ],
+                    ),
+                    vec![value.to_string()],
+                )
+            }
+        }
+        2 => {
+            let word = split_value(split, rng, |r| {
+                let a = r.pick(&WORDS).copied().unwrap_or("word");
+                let b = r.pick(&WORDS).copied().unwrap_or("word");
+                format!("{a} {b}")
+            });
+            let op = *rng.pick(&["reverse_string", "count_vowels", "to_uppercase"])?;
+            let q = match op {
+                "reverse_string" => pick(
+                    rng,
+                    &["the text \"{w}\" reversed", "\"{w}\" spelled backwards"],
+                    &[("w", word.clone())],
+                ),
+                "count_vowels" => pick(
+                    rng,
+                    &[
+                        "the number of vowels in \"{w}\"",
+                        "how many vowels \"{w}\" has",
+                    ],
+                    &[("w", word.clone())],
+                ),
+                _ => pick(
+                    rng,
+                    &["\"{w}\" in upper case", "\"{w}\" in capitals"],
+                    &[("w", word.clone())],
+                ),
+            };
+            (Call::new(op, vec![("text", json!(word))]), q, vec![word])
+        }
+        _ => {
+            let date_of = |r: &mut Rng| format_date(days_from_civil(2020, 1, 1) + r.range(0, 3000));
+            let start = split_value(split, rng, date_of);
+            let op = *rng.pick(&["days_between", "add_days", "day_of_week"])?;
+            match op {
+                "days_between" => {
+                    let end = split_value(split, rng, date_of);
+                    (
+                        Call::new(
+                            "days_between",
+                            vec![("start_date", json!(start)), ("end_date", json!(end))],
+                        ),
+                        pick(
+                            rng,
+                            &[
+                                "the number of days from {s} to {e}",
+                                "how many days lie between {s} and {e}",
+                            ],
+                            &[("s", start.clone()), ("e", end.clone())],
+                        ),
+                        vec![start, end],
+                    )
+                }
+                "add_days" => {
+                    let days = rng.range(1, 400);
+                    (
+                        Call::new(
+                            "add_days",
+                            vec![("date", json!(start)), ("days", json!(days))],
+                        ),
+                        pick(
+                            rng,
+                            &["the date {n} days after {s}", "{s} plus {n} days"],
+                            &[("s", start.clone()), ("n", days.to_string())],
+                        ),
+                        vec![start],
+                    )
+                }
+                _ => (
+                    Call::new("day_of_week", vec![("date", json!(start))]),
+                    pick(
+                        rng,
+                        &["the weekday of {s}", "which day of the week {s} was"],
+                        &[("s", start.clone())],
+                    ),
+                    vec![start],
+                ),
+            }
+        }
+    };
+    let result = env_result(&call)?;
+    Some(Item {
+        call,
+        answer_text: format!("{question} is {}", shown_plain(&result)),
+        question,
+        values,
+    })
+}
+
+/// A result as the answer states it: strings unquoted, numbers as the tool shows them.
+fn shown_plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => shown(other),
+    }
+}
+
+fn pick(rng: &mut Rng, templates: &[&str], slots: &[(&str, String)]) -> String {
+    fill(rng.pick(templates).copied().unwrap_or(""), slots)
+}
+
+const OPENERS: [&str; 6] = [
+    "Please compute {q}.",
+    "What is {q}?",
+    "I need {q}.",
+    "Can you work out {q}?",
+    "Tell me {q}.",
+    "Quick one: {q}?",
+];
+
+/// Plans a functions task: single (1–2), multiple (3), parallel (4), parallel multiple (5).
+pub(crate) fn plan(split: TaskSplit, difficulty: u32, rng: &mut Rng) -> Plan {
+    loop {
+        if let Some(plan) = try_plan(split, difficulty, rng) {
+            return plan;
+        }
+    }
+}
+
+fn try_plan(split: TaskSplit, difficulty: u32, rng: &mut Rng) -> Option<Plan> {
+    let (family, items, parallel): (&'static str, Vec<Item>, bool) = match difficulty {
+        1 | 2 => {
+            let kind = if difficulty == 1 {
+                rng.below(2) * 2
+            } else {
+                rng.below(4)
+            };
+            let family = ["fn_arithmetic", "fn_units", "fn_strings", "fn_dates"][kind];
+            (family, vec![item(kind, split, rng)?], false)
+        }
+        3 => {
+            let first = rng.below(4);
+            let second = (first + 1 + rng.below(3)) % 4;
+            (
+                "fn_multiple",
+                vec![item(first, split, rng)?, item(second, split, rng)?],
+                false,
+            )
+        }
+        4 => {
+            let kind = rng.below(4);
+            let n = 2 + rng.below(2);
+            let items: Vec<Item> = (0..n)
+                .map(|_| item(kind, split, rng))
+                .collect::<Option<_>>()?;
+            ("fn_parallel", items, true)
+        }
+        _ => {
+            let n = 3 + rng.below(2);
+            let start = rng.below(4);
+            let items: Vec<Item> = (0..n)
+                .map(|k| item((start + k) % 4, split, rng))
+                .collect::<Option<_>>()?;
+            ("fn_parallel_multiple", items, true)
+        }
+    };
+    let calls: Vec<Call> = items.iter().map(|i| i.call.clone()).collect();
+    let distinct: BTreeSet<String> = calls.iter().map(|c| c.to_block()).collect();
+    if distinct.len() != calls.len() {
+        return None;
+    }
+    let questions: Vec<String> = items.iter().map(|i| i.question.clone()).collect();
+    let joined = match questions.as_slice() {
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{}, and {last}", rest.join(", ")),
+        [] => return None,
+    };
+    let mut request = pick(rng, &OPENERS, &[("q", joined)]);
+    if difficulty == 2 {
+        let aside = *rng.pick(&[
+            "I'm preparing a report for tomorrow.",
+            "No need to explain the method.",
+            "My colleague got a different answer earlier.",
+            "This is for a homework check.",
+        ])?;
+        request = format!("{aside} {request}");
+    }
+    let turns = if parallel {
+        vec![calls.clone()]
+    } else {
+        calls.iter().map(|c| vec![c.clone()]).collect()
+    };
+    let facts: Vec<Fact> = items
+        .iter()
+        .map(|i| Fact {
+            what: i.question.clone(),
+            text: i.answer_text.clone(),
+        })
+        .collect();
+    let answer = format!(
+        "{}.",
+        items
+            .iter()
+            .map(|i| capitalise_first(&i.answer_text))
+            .collect::<Vec<_>>()
+            .join(". ")
+    );
+    let touched = items
+        .iter()
+        .flat_map(|i| i.values.iter().map(|v| format!("value:{v}")))
+        .collect();
+    Some(Plan {
+        family,
+        request,
+        turns,
+        required: calls,
+        facts,
+        answer,
+        check_state: false,
+        touched,
+    })
+}
+
+fn capitalise_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// The functions family names with their difficulty.
+pub(crate) fn families() -> Vec<(&'static str, u32)> {
+    vec![
+        ("fn_arithmetic", 1),
+        ("fn_strings", 1),
+        ("fn_units", 2),
+        ("fn_dates", 2),
+        ("fn_multiple", 3),
+        ("fn_parallel", 4),
+        ("fn_parallel_multiple", 5),
+    ]
+}

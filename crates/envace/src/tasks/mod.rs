@@ -1,0 +1,610 @@
+//! Generated training tasks: seeded, reproducible tasks over the τ²-bench retail and airline
+//! databases and the stateless `functions` domain, each with a rule-decidable checklist and an
+//! oracle trajectory that solves it through the real tools.
+//!
+//! Generated tasks live here, in `tasks/` (not under `env/`): they are data built *on top of*
+//! environments, and the rule judge that scores a trajectory against a checklist is here too
+//! ([`mod@judge`]).
+//!
+//! # What a task is
+//!
+//! A [`GenTask`] holds a natural-language request (one of several templates per family, with
+//! slots filled from the database), one [`Checklist`] in the DESIGN.md §1 shape (standards with
+//! question, focus_on, pass_condition, failure_examples and weight) whose standards a rule can
+//! decide ([`Rule`]: a required call with its arguments, a fact the final answer must mention,
+//! the final state hash), and an oracle trajectory: Qwen3/Hermes assistant turns with
+//! `<tool_call>` blocks, the real tool responses rendered with [`render_outcome`], and a final
+//! answer. The oracle is produced by running the calls on a fresh environment, so its responses
+//! and the expected state hash are the real ones.
+//!
+//! # Difficulty
+//!
+//! `difficulty` (1–5) is a real parameter. Each family has a lowest difficulty; a task of
+//! difficulty `d` is drawn from the families whose lowest difficulty is at most `d`, and `d`
+//! then shapes the task: at 1 the ids are given, from 2 the user must be looked up by email and
+//! from 4 by name and zip code, higher levels ask for more facts in the answer, more items or
+//! passengers, and read-only tasks from 3 on also require the state to be unchanged. In the
+//! functions domain it sets single (1–2), multiple (3), parallel (4) and parallel multiple (5)
+//! calls.
+//!
+//! # Splits
+//!
+//! Train, validation and test are disjoint by user and record. Every user, product and flight
+//! falls in one split by a fixed hash of its id (8 / 1 / 1 out of 10), independent of the
+//! generation seed; orders and reservations follow their user. A task of a split only names
+//! (in its calls) and reads (in its answer) entities of that split; [`GenTask::touched`] lists
+//! them as `kind:id` keys. In the functions domain the data values (numbers, texts, dates)
+//! are split the same way. Catalogue-wide reads are not counted as touching: the product list
+//! (`list_all_product_types`, asked for from difficulty 2 in `variant_availability`) names every
+//! product, and a record's own details show ids it refers to (an order's items, a reservation's
+//! flights) without the task asking about them. Flight searches are counted: every flight a
+//! search finds belongs to the task's split.
+//!
+//! # Seeds
+//!
+//! Task `i` of a generation run draws from its own generator seeded by (seed, domain, split,
+//! difficulty, i) with SplitMix64, implemented here so that the stream never changes with a
+//! dependency update: the same [`GenConfig`] gives byte-identical tasks ([`digest`]).
+
+pub mod functions;
+pub mod judge;
+mod rng;
+mod tau2_airline;
+mod tau2_retail;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::{Domain, TaskSplit};
+use crate::env::tau2::Tau2Domain;
+use crate::env::{Environment, render_outcome};
+use crate::error::{Error, Result};
+
+pub use judge::{
+    JudgeReport, StandardVerdict, episode_score, final_answer, judge, parse_tool_calls,
+};
+pub use rng::Rng;
+
+/// One rule-decidable condition of a standard.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Rule {
+    /// Some tool call in the trajectory has this name and exactly these arguments (numbers
+    /// compared by value, `1` equals `1.0`).
+    Called {
+        /// Tool name.
+        name: String,
+        /// The arguments, as a JSON object.
+        arguments: Value,
+    },
+    /// The final answer contains this text, ignoring case.
+    Mentions {
+        /// The text to find.
+        text: String,
+    },
+    /// The environment's state after the trajectory is the expected one: its
+    /// [`Environment::delta_hash`] (from the task's initial state) equals this one.
+    StateHash {
+        /// The expected final state's delta hash.
+        hash: String,
+    },
+}
+
+/// One standard of a checklist (DESIGN.md §1), with the rule that decides it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Standard {
+    /// What the judge asks.
+    pub question: String,
+    /// What to look at in the trajectory.
+    pub focus_on: String,
+    /// When the standard is met.
+    pub pass_condition: String,
+    /// Examples of trajectories that fail it.
+    pub failure_examples: Vec<String>,
+    /// Weight in the turn's score.
+    pub weight: f64,
+    /// How the rule judge decides it.
+    pub rule: Rule,
+}
+
+/// The standards for one user turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Checklist {
+    /// Index of the user turn the checklist judges (0 for single-request tasks).
+    pub turn_idx: usize,
+    /// The standards.
+    pub standards: Vec<Standard>,
+}
+
+/// Who sent a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The user's request.
+    User,
+    /// The agent: text and `<tool_call>` blocks.
+    Assistant,
+    /// A rendered tool response.
+    Tool,
+}
+
+/// One chat message of a trajectory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatMessage {
+    /// Sender.
+    pub role: Role,
+    /// The text exactly as the model sees it.
+    pub content: String,
+}
+
+/// A tool call: name and arguments.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Call {
+    /// Tool name.
+    pub name: String,
+    /// Arguments (a JSON object).
+    pub arguments: Value,
+}
+
+impl Call {
+    /// A call of `name` with these `(key, value)` arguments, in order.
+    pub fn new(name: &str, arguments: Vec<(&str, Value)>) -> Self {
+        let mut map = Map::new();
+        for (key, value) in arguments {
+            map.insert(key.to_owned(), value);
+        }
+        Call {
+            name: name.to_owned(),
+            arguments: Value::Object(map),
+        }
+    }
+
+    /// The call as a Qwen3/Hermes block: `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
+    pub fn to_block(&self) -> String {
+        let body = serde_json::json!({"name": self.name, "arguments": self.arguments});
+        format!(
+            "<tool_call>\n{}\n</tool_call>",
+            crate::env::pyjson::dumps(&body, false)
+        )
+    }
+}
+
+/// A generated task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GenTask {
+    /// Unique id: `{domain}-{split}-s{seed}-d{difficulty}-{index}`.
+    pub id: String,
+    /// The domain whose tools solve it.
+    pub domain: Domain,
+    /// The task family, e.g. `cancel_pending_order`.
+    pub family: &'static str,
+    /// Difficulty, 1–5.
+    pub difficulty: u32,
+    /// The split it belongs to.
+    pub split: TaskSplit,
+    /// The user's request.
+    pub request: String,
+    /// The checklists (one: generated tasks are single requests).
+    pub checklists: Vec<Checklist>,
+    /// The oracle trajectory: the request, assistant turns, tool responses, final answer.
+    pub oracle: Vec<ChatMessage>,
+    /// Entities the task names or reads, as `kind:id` (`user:…`, `order:…`, `product:…`,
+    /// `reservation:…`, `flight:…`, `value:…`), sorted.
+    pub touched: Vec<String>,
+}
+
+/// What to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenConfig {
+    /// The generation seed.
+    pub seed: u64,
+    /// Which split's users and records to draw from.
+    pub split: TaskSplit,
+    /// Difficulty, 1–5.
+    pub difficulty: u32,
+    /// How many tasks.
+    pub n_tasks: usize,
+}
+
+/// The loaded data generation draws from: the τ²-bench domains (shared, loaded once).
+#[derive(Debug, Clone)]
+pub struct GenSources {
+    /// The retail domain, for [`Domain::Retail`].
+    pub retail: Option<Arc<Tau2Domain>>,
+    /// The airline domain, for [`Domain::Airline`].
+    pub airline: Option<Arc<Tau2Domain>>,
+}
+
+/// A fresh environment of a domain in its initial state.
+pub fn fresh_env(domain: Domain, sources: &GenSources) -> Result<Box<dyn Environment>> {
+    Ok(match domain {
+        Domain::Retail => Box::new(need(&sources.retail, "retail")?.env(0)),
+        Domain::Airline => Box::new(need(&sources.airline, "airline")?.env(0)),
+        Domain::Functions => Box::new(functions::FunctionsEnv::new()?),
+    })
+}
+
+fn need<'a>(domain: &'a Option<Arc<Tau2Domain>>, name: &str) -> Result<&'a Arc<Tau2Domain>> {
+    domain.as_ref().ok_or_else(|| Error::TaskGen {
+        what: format!("domain {name}"),
+        message: "its τ²-bench data was not loaded (GenSources has no such domain)".to_owned(),
+    })
+}
+
+/// Generates `config.n_tasks` tasks of a domain.
+pub fn generate(domain: Domain, sources: &GenSources, config: &GenConfig) -> Result<Vec<GenTask>> {
+    if !(1..=5).contains(&config.difficulty) {
+        return Err(Error::TaskGen {
+            what: "difficulty".to_owned(),
+            message: format!("must be 1 to 5, got {}", config.difficulty),
+        });
+    }
+    let mut runner = Runner::new(domain, sources)?;
+    let mut out = Vec::with_capacity(config.n_tasks);
+    match domain {
+        Domain::Retail => {
+            let pools = tau2_retail::Pools::new(need(&sources.retail, "retail")?, config.split)?;
+            for idx in 0..config.n_tasks {
+                let mut rng = task_rng(domain, config, idx);
+                let plan = tau2_retail::plan(&pools, config.difficulty, &mut rng)?;
+                out.push(build(domain, config, idx, plan, &mut runner)?);
+            }
+        }
+        Domain::Airline => {
+            let pools = tau2_airline::Pools::new(need(&sources.airline, "airline")?, config.split)?;
+            for idx in 0..config.n_tasks {
+                let mut rng = task_rng(domain, config, idx);
+                let plan = tau2_airline::plan(&pools, config.difficulty, &mut rng)?;
+                out.push(build(domain, config, idx, plan, &mut runner)?);
+            }
+        }
+        Domain::Functions => {
+            for idx in 0..config.n_tasks {
+                let mut rng = task_rng(domain, config, idx);
+                let plan = functions::plan(config.split, config.difficulty, &mut rng);
+                out.push(build(domain, config, idx, plan, &mut runner)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every task family of a domain with the lowest difficulty it appears at.
+pub fn families(domain: Domain) -> Vec<(&'static str, u32)> {
+    match domain {
+        Domain::Retail => tau2_retail::families(),
+        Domain::Airline => tau2_airline::families(),
+        Domain::Functions => functions::families(),
+    }
+}
+
+/// Runs tool calls on an environment of one domain, always from the initial state: calls
+/// that cannot change the state run on it directly, a sequence with a state-changing call is
+/// followed by a `reset` (which for τ²-bench domains copies back only the changed records).
+/// Final states are compared by [`Environment::delta_hash`]. This keeps generating and
+/// replaying thousands of tasks over megabyte databases fast.
+#[derive(Debug)]
+pub struct Runner {
+    env: Box<dyn Environment>,
+    initial_hash: String,
+}
+
+/// What replaying a trajectory's calls gave.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// One rendered response per `<tool_call>` block, in order (`Error: …` for a malformed
+    /// block or a failed call).
+    pub responses: Vec<String>,
+    /// The delta hash of the final state ([`Environment::delta_hash`]).
+    pub state_hash: String,
+}
+
+impl Runner {
+    /// A runner over a fresh environment of the domain.
+    pub fn new(domain: Domain, sources: &GenSources) -> Result<Self> {
+        let env = fresh_env(domain, sources)?;
+        let initial_hash = env.delta_hash();
+        Ok(Runner { env, initial_hash })
+    }
+
+    /// Runs calls from the initial state; returns each outcome rendered (`Err` for a failure)
+    /// and the final state's delta hash, and leaves the environment in the initial state.
+    fn run(&mut self, calls: &[Result<Call, String>]) -> (Vec<Result<String, String>>, String) {
+        let mutates = calls
+            .iter()
+            .flatten()
+            .any(|call| self.env.mutates_state(&call.name));
+        let mut responses = Vec::with_capacity(calls.len());
+        for call in calls {
+            responses.push(match call {
+                Ok(call) => {
+                    let outcome = self.env.call(&call.name, &call.arguments);
+                    if outcome.is_failure() {
+                        Err(render_outcome(&outcome))
+                    } else {
+                        Ok(render_outcome(&outcome))
+                    }
+                }
+                Err(reason) => Err(format!("Error: {reason}")),
+            });
+        }
+        let hash = if mutates {
+            let hash = self.env.delta_hash();
+            self.env.reset(0);
+            hash
+        } else {
+            self.initial_hash.clone()
+        };
+        (responses, hash)
+    }
+
+    /// Replays the `<tool_call>` blocks of a trajectory's assistant messages from the initial
+    /// state.
+    pub fn replay(&mut self, trajectory: &[ChatMessage]) -> Replay {
+        let calls: Vec<Result<Call, String>> = trajectory
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .flat_map(|m| parse_tool_calls(&m.content))
+            .collect();
+        let (responses, state_hash) = self.run(&calls);
+        Replay {
+            responses: responses
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|e| e))
+                .collect(),
+            state_hash,
+        }
+    }
+
+    /// Replays a trajectory and judges it against a task's checklists.
+    pub fn judge(&mut self, task: &GenTask, trajectory: &[ChatMessage]) -> JudgeReport {
+        let replay = self.replay(trajectory);
+        judge(&task.checklists, trajectory, Some(&replay.state_hash), 1)
+    }
+}
+
+fn task_rng(domain: Domain, config: &GenConfig, idx: usize) -> Rng {
+    let domain_tag = match domain {
+        Domain::Retail => 1,
+        Domain::Airline => 2,
+        Domain::Functions => 3,
+    };
+    let mut rng = Rng::new(config.seed);
+    let mixed = rng.next_u64()
+        ^ Rng::new(domain_tag).next_u64()
+        ^ Rng::new(split_index(config.split) as u64 + 11).next_u64()
+        ^ Rng::new(u64::from(config.difficulty) + 101).next_u64()
+        ^ Rng::new(idx as u64 + 1009).next_u64();
+    Rng::new(mixed)
+}
+
+/// The split name used in ids: `train`, `validation`, `test`.
+pub fn split_name(split: TaskSplit) -> &'static str {
+    match split {
+        TaskSplit::Train => "train",
+        TaskSplit::Validation => "validation",
+        TaskSplit::Test => "test",
+    }
+}
+
+fn split_index(split: TaskSplit) -> usize {
+    match split {
+        TaskSplit::Train => 0,
+        TaskSplit::Validation => 1,
+        TaskSplit::Test => 2,
+    }
+}
+
+fn domain_name(domain: Domain) -> &'static str {
+    match domain {
+        Domain::Retail => "retail",
+        Domain::Airline => "airline",
+        Domain::Functions => "functions",
+    }
+}
+
+/// The split an entity key (`user:…`, `product:…`, `flight:…`, `value:…`) falls in: a fixed
+/// hash of the key, 8 of 10 buckets train, 1 validation, 1 test.
+pub fn split_of(key: &str) -> TaskSplit {
+    let digest = Sha256::digest(key.as_bytes());
+    match digest[0] % 10 {
+        8 => TaskSplit::Validation,
+        9 => TaskSplit::Test,
+        _ => TaskSplit::Train,
+    }
+}
+
+/// A fact the final answer must state.
+#[derive(Debug, Clone)]
+pub(crate) struct Fact {
+    /// What it is, for the standard's question ("the order status").
+    pub what: String,
+    /// The text that must appear.
+    pub text: String,
+}
+
+/// What a family decided, before running it: the request, the assistant turns (each one or
+/// more calls), the facts of the answer and the final answer text.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub family: &'static str,
+    pub request: String,
+    pub turns: Vec<Vec<Call>>,
+    /// Calls the checklist requires (usually all of them; lookups given in the request are
+    /// still required when the oracle makes them).
+    pub required: Vec<Call>,
+    pub facts: Vec<Fact>,
+    pub answer: String,
+    /// Whether the final state is checked (writes always; reads from difficulty 3).
+    pub check_state: bool,
+    pub touched: BTreeSet<String>,
+}
+
+/// Runs a plan from the initial state, renders the oracle and builds the checklist.
+fn build(
+    domain: Domain,
+    config: &GenConfig,
+    idx: usize,
+    plan: Plan,
+    runner: &mut Runner,
+) -> Result<GenTask> {
+    let id = format!(
+        "{}-{}-s{}-d{}-{idx:05}",
+        domain_name(domain),
+        split_name(config.split),
+        config.seed,
+        config.difficulty
+    );
+    let mutates = plan
+        .turns
+        .iter()
+        .flatten()
+        .any(|call| runner.env.mutates_state(&call.name));
+    let calls: Vec<Result<Call, String>> = plan.turns.iter().flatten().cloned().map(Ok).collect();
+    let (responses, final_hash) = runner.run(&calls);
+    let mut responses = responses.into_iter();
+    let mut oracle = vec![ChatMessage {
+        role: Role::User,
+        content: plan.request.clone(),
+    }];
+    for turn in &plan.turns {
+        let blocks: Vec<String> = turn.iter().map(Call::to_block).collect();
+        oracle.push(ChatMessage {
+            role: Role::Assistant,
+            content: blocks.join("\n"),
+        });
+        for call in turn {
+            let content = match responses.next() {
+                Some(Ok(text)) => text,
+                Some(Err(text)) => {
+                    return Err(Error::TaskGen {
+                        what: format!("task {id} (family {})", plan.family),
+                        message: format!("oracle call {} failed: {text}", call.to_block()),
+                    });
+                }
+                None => String::new(),
+            };
+            oracle.push(ChatMessage {
+                role: Role::Tool,
+                content,
+            });
+        }
+    }
+    oracle.push(ChatMessage {
+        role: Role::Assistant,
+        content: plan.answer.clone(),
+    });
+    for fact in &plan.facts {
+        if !plan
+            .answer
+            .to_lowercase()
+            .contains(&fact.text.to_lowercase())
+        {
+            return Err(Error::TaskGen {
+                what: format!("task {id} (family {})", plan.family),
+                message: format!(
+                    "the oracle answer {:?} does not state {} ({:?})",
+                    plan.answer, fact.what, fact.text
+                ),
+            });
+        }
+    }
+    let mut standards = Vec::new();
+    for call in &plan.required {
+        standards.push(Standard {
+            question: format!("Did the agent call {} with the right arguments?", call.name),
+            focus_on: format!("the agent's {} tool calls", call.name),
+            pass_condition: format!(
+                "A call to {} with exactly the arguments {}",
+                call.name, call.arguments
+            ),
+            failure_examples: vec![
+                format!("{} is never called", call.name),
+                format!("{} is called with a different argument value", call.name),
+            ],
+            weight: 1.0,
+            rule: Rule::Called {
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            },
+        });
+    }
+    for fact in &plan.facts {
+        standards.push(Standard {
+            question: format!("Does the final answer tell the user {}?", fact.what),
+            focus_on: "the agent's final answer".to_owned(),
+            pass_condition: format!("The final answer contains {:?}", fact.text),
+            failure_examples: vec![
+                format!("The answer omits {}", fact.what),
+                format!("The answer states a wrong value for {}", fact.what),
+            ],
+            weight: 1.0,
+            rule: Rule::Mentions {
+                text: fact.text.clone(),
+            },
+        });
+    }
+    if plan.check_state {
+        let what = if mutates {
+            "the database ends exactly in the state the requested change produces"
+        } else {
+            "the database is left unchanged"
+        };
+        standards.push(Standard {
+            question: "Is the final database state the expected one?".to_owned(),
+            focus_on: "the environment state after the trajectory".to_owned(),
+            pass_condition: format!("The state hash equals the oracle's: {what}"),
+            failure_examples: vec![
+                "A write with a wrong argument".to_owned(),
+                "A missing or extra write".to_owned(),
+            ],
+            weight: 2.0,
+            rule: Rule::StateHash { hash: final_hash },
+        });
+    }
+    Ok(GenTask {
+        id,
+        domain,
+        family: plan.family,
+        difficulty: config.difficulty,
+        split: config.split,
+        request: plan.request,
+        checklists: vec![Checklist {
+            turn_idx: 0,
+            standards,
+        }],
+        oracle,
+        touched: plan.touched.into_iter().collect(),
+    })
+}
+
+/// sha256 hex of the tasks' canonical JSON: equal digests mean identical tasks.
+pub fn digest(tasks: &[GenTask]) -> String {
+    let mut hasher = Sha256::new();
+    for task in tasks {
+        match serde_json::to_string(task) {
+            Ok(text) => hasher.update(text.as_bytes()),
+            // A task always serialises (string keys only); mark the impossible case anyway.
+            Err(_) => hasher.update(b"<unserialisable>"),
+        }
+        hasher.update(b"\n");
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Fills a template: each `{name}` is replaced by its slot value.
+pub(crate) fn fill(template: &str, slots: &[(&str, String)]) -> String {
+    let mut out = template.to_owned();
+    for (name, value) in slots {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
+    out
+}

@@ -165,21 +165,9 @@ pub async fn save_config(
             }
         }
     };
-    write_atomically(&target, toml.as_bytes())
+    envace::fsutil::write_atomically(&target, toml.as_bytes())
         .map_err(|err| StudioError::from_engine("Cannot save the config", &err))?;
     Ok(Some(target.display().to_string()))
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), envace::Error> {
-    let name = path
-        .file_name()
-        .map_or_else(|| "config".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|err| envace::Error::io(&tmp, err))?;
-    std::fs::rename(&tmp, path).map_err(|err| {
-        let _ = std::fs::remove_file(&tmp);
-        envace::Error::io(path, err)
-    })
 }
 
 /// Asks for a config file and opens it; `None` when the person cancelled.

@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use envace::config;
 use envace::store::{self, ExportFormat, ExportTable, Store};
 
@@ -239,20 +239,8 @@ pub(crate) fn emit(out: Option<&Path>, force: bool, bytes: &[u8]) -> Result<()> 
             out.display()
         );
     }
-    let tmp = temp_sibling(out);
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, out).with_context(|| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot move {} to {}", tmp.display(), out.display())
-    })?;
+    envace::fsutil::write_atomically(out, bytes)?;
     Ok(())
-}
-
-fn temp_sibling(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 fn format_time(unix_secs: f64) -> String {

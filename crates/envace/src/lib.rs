@@ -8,6 +8,7 @@ pub mod chat;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod fsutil;
 pub mod mcp;
 pub mod model;
 pub mod store;

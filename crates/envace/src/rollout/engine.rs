@@ -1,0 +1,914 @@
+//! The batched episode loop: generation requests, tool-call answering in every response
+//! mode, labelled token bookkeeping, fidelity replays and judging (see the module
+//! documentation of [`crate::rollout`]).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::chat::{ChatTemplate, parse_tool_calls};
+use crate::config::{ExperimentConfig, Role, ToolResponseMode};
+use crate::env::Environment;
+use crate::error::{Error, Result};
+use crate::fidelity;
+use crate::judge::{EpisodeJudge, Verdict};
+use crate::model::{Policy, Sampling};
+use crate::rehearse::{
+    CallUnderTest, INVALID_TOOL_CALL_FORMAT, RehearseInput, ResponseCache, ends_trajectory,
+    error_code, error_json, outcome_json, parse_execution_result, rehearse_messages,
+    render_for_agent,
+};
+use crate::tasks::{self, GenTask, Rng};
+use crate::tokenize::{self, Tokenizer};
+
+use super::record::{
+    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, Message, ResponseSource, Sample,
+    TurnRecord,
+};
+
+/// The error code of a call over the per-turn limit.
+pub const TOO_MANY_TOOL_CALLS: &str = "TOO_MANY_TOOL_CALLS";
+
+/// A tokenizer with the chat template and stop tokens the engine renders and cuts with.
+#[derive(Debug)]
+pub struct TokenCodec {
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    stop_ids: Vec<u32>,
+    eos_text: String,
+}
+
+impl TokenCodec {
+    /// A codec; `stop_tokens` (at least one, e.g. `<|im_end|>`) end a generation, the first
+    /// one is what the template writes after each message.
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, stop_tokens: &[&str]) -> Result<Self> {
+        let Some(first) = stop_tokens.first() else {
+            return Err(Error::Data {
+                source_name: "token codec".to_owned(),
+                message: "needs at least one stop token, e.g. <|im_end|>".to_owned(),
+            });
+        };
+        let stop_ids = stop_tokens
+            .iter()
+            .map(|token| tokenize::token_id(&tokenizer, token))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TokenCodec {
+            tokenizer,
+            template,
+            stop_ids,
+            eos_text: (*first).to_owned(),
+        })
+    }
+
+    /// The ids of `text`.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        tokenize::encode(&self.tokenizer, text)
+    }
+
+    /// The text of `ids`, special tokens included.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        tokenize::decode(&self.tokenizer, ids)
+    }
+
+    /// The tokens that end a generation.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
+    }
+
+    /// Renders chat messages with the template.
+    pub fn render(
+        &self,
+        messages: &[Value],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.template.render(messages, tools, add_generation_prompt)
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+}
+
+/// One generation the engine asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenRequest {
+    /// Acting or rehearsing.
+    pub role: Role,
+    /// The (left-truncated) context.
+    pub prompt: Vec<u32>,
+    /// Token limit of the answer.
+    pub max_new_tokens: usize,
+    /// Sampling seed.
+    pub seed: u64,
+    /// The episode asking, within its batch.
+    pub episode_idx: usize,
+    /// The assistant turn.
+    pub turn_idx: usize,
+    /// For rehearse requests, the call within the turn.
+    pub call_idx: Option<usize>,
+}
+
+/// A generation: new tokens (the stop token included when reached) and their log-probabilities.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenOutput {
+    /// The new tokens.
+    pub tokens: Vec<u32>,
+    /// Log-probability of each new token under the generating policy.
+    pub logprobs: Vec<f32>,
+}
+
+/// Whatever produces tokens for the engine: the policy, or a deterministic stand-in.
+pub trait Generator {
+    /// Answers every request, in order.
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>>;
+}
+
+/// The policy as a generator: all requests in one left-padded batch.
+#[derive(Debug, Clone)]
+pub struct PolicyGenerator {
+    /// The model.
+    pub policy: Policy,
+    /// Temperature, top-p and top-k; the seed comes from the requests.
+    pub sampling: Sampling,
+    /// Most requests generated together.
+    pub max_batch: usize,
+}
+
+impl Generator for PolicyGenerator {
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(self.max_batch.max(1)) {
+            let prompts: Vec<Vec<u32>> = chunk.iter().map(|r| r.prompt.clone()).collect();
+            let max_new = chunk.iter().map(|r| r.max_new_tokens).max().unwrap_or(0);
+            let sampling = Sampling {
+                seed: chunk.first().map_or(0, |r| r.seed),
+                ..self.sampling.clone()
+            };
+            let generated = self
+                .policy
+                .generate(&prompts, max_new, codec.stop_ids(), &sampling)?;
+            for (request, mut g) in chunk.iter().zip(generated) {
+                g.tokens.truncate(request.max_new_tokens);
+                g.logprobs.truncate(request.max_new_tokens);
+                out.push(GenOutput {
+                    tokens: g.tokens,
+                    logprobs: g.logprobs,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A deterministic stand-in for the model: a function from the request and its decoded
+/// prompt to the text to emit (followed by the first stop token, log-probability 0). Used by
+/// tests and benchmarks to drive every branch of the real engine.
+pub struct Scripted<F> {
+    script: F,
+}
+
+impl<F> Scripted<F>
+where
+    F: FnMut(&GenRequest, &str) -> String,
+{
+    /// A generator that answers with `script(request, prompt_text)`.
+    pub fn new(script: F) -> Self {
+        Scripted { script }
+    }
+}
+
+impl<F> std::fmt::Debug for Scripted<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scripted")
+    }
+}
+
+impl<F> Generator for Scripted<F>
+where
+    F: FnMut(&GenRequest, &str) -> String,
+{
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+        requests
+            .iter()
+            .map(|request| {
+                let prompt = codec.decode(&request.prompt)?;
+                let text = (self.script)(request, &prompt);
+                let mut tokens = codec.encode(&text)?;
+                tokens.truncate(request.max_new_tokens);
+                if tokens.len() < request.max_new_tokens
+                    && let Some(&stop) = codec.stop_ids().first()
+                {
+                    tokens.push(stop);
+                }
+                let logprobs = vec![0.0; tokens.len()];
+                Ok(GenOutput { tokens, logprobs })
+            })
+            .collect()
+    }
+}
+
+/// Separate generators per role: e.g. a frozen caller acting while the policy rehearses.
+pub struct RoleRouter<'a> {
+    /// Answers Act requests.
+    pub act: &'a mut dyn Generator,
+    /// Answers Rehearse requests.
+    pub rehearse: &'a mut dyn Generator,
+}
+
+impl std::fmt::Debug for RoleRouter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RoleRouter")
+    }
+}
+
+impl Generator for RoleRouter<'_> {
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+        let (act, rehearse): (Vec<_>, Vec<_>) = requests
+            .iter()
+            .enumerate()
+            .partition(|(_, r)| r.role == Role::Act);
+        let act_requests: Vec<GenRequest> = act.iter().map(|(_, r)| (*r).clone()).collect();
+        let rehearse_requests: Vec<GenRequest> =
+            rehearse.iter().map(|(_, r)| (*r).clone()).collect();
+        let act_out = if act_requests.is_empty() {
+            Vec::new()
+        } else {
+            self.act.generate(codec, &act_requests)?
+        };
+        let rehearse_out = if rehearse_requests.is_empty() {
+            Vec::new()
+        } else {
+            self.rehearse.generate(codec, &rehearse_requests)?
+        };
+        let mut out = vec![GenOutput::default(); requests.len()];
+        for ((idx, _), g) in act.iter().zip(act_out) {
+            out[*idx] = g;
+        }
+        for ((idx, _), g) in rehearse.iter().zip(rehearse_out) {
+            out[*idx] = g;
+        }
+        Ok(out)
+    }
+}
+
+/// An external simulator: answers a rehearse prompt (chat messages) with text, or fails with
+/// a reason (the episode is then masked).
+pub trait Simulator: Sync {
+    /// The simulator's answer to the rehearse prompt.
+    fn simulate(&self, messages: &[Value]) -> std::result::Result<String, String>;
+}
+
+/// Who answers tool calls.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ResponseMode {
+    /// The real environment.
+    Real,
+    /// The policy, rehearsing.
+    Rehearse,
+    /// An external simulator.
+    External,
+    /// Rehearse with this probability per call, else real.
+    Mixed {
+        /// Probability of rehearsing a call.
+        rehearse_probability: f64,
+    },
+}
+
+impl ResponseMode {
+    /// The mode an experiment's `[env]` section asks for.
+    pub fn from_config(config: &ExperimentConfig) -> Self {
+        match config.env.tool_response_mode {
+            ToolResponseMode::Real => ResponseMode::Real,
+            ToolResponseMode::Rehearse => ResponseMode::Rehearse,
+            ToolResponseMode::External => ResponseMode::External,
+            ToolResponseMode::Mixed => ResponseMode::Mixed {
+                rehearse_probability: config.env.mix_ratio,
+            },
+        }
+    }
+
+    /// `real`, `rehearse`, `external` or `mixed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResponseMode::Real => "real",
+            ResponseMode::Rehearse => "rehearse",
+            ResponseMode::External => "external",
+            ResponseMode::Mixed { .. } => "mixed",
+        }
+    }
+}
+
+/// The limits and choices of a batch of episodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolloutSettings {
+    /// Who answers tool calls.
+    pub mode: ResponseMode,
+    /// Most assistant turns per episode.
+    pub max_turns: usize,
+    /// Most tool calls run per turn.
+    pub max_parallel_calls: usize,
+    /// Most context tokens a generation sees (older tokens are cut).
+    pub max_prompt_tokens: usize,
+    /// Most tokens per generation.
+    pub max_response_tokens: usize,
+    /// Real responses shown per rehearse prompt.
+    pub n_few_shot: usize,
+    /// Longest conversation excerpt in a rehearse prompt, in characters.
+    pub max_conversation_chars: usize,
+    /// Replay non-real responses against the real environment and score them.
+    pub fidelity: bool,
+    /// Seed of sampling and of the mixed-mode draws.
+    pub seed: u64,
+    /// A system message before the task's request.
+    pub system_prompt: Option<String>,
+}
+
+impl RolloutSettings {
+    /// The settings of an experiment: `[env]` limits and mode, `[rl]` token limits.
+    pub fn from_config(config: &ExperimentConfig) -> Self {
+        RolloutSettings {
+            mode: ResponseMode::from_config(config),
+            max_turns: config.env.max_turns as usize,
+            max_parallel_calls: config.env.max_parallel_calls as usize,
+            max_prompt_tokens: config.rl.max_prompt_tokens as usize,
+            max_response_tokens: config.rl.max_response_tokens as usize,
+            n_few_shot: config.env.n_few_shot as usize,
+            max_conversation_chars: 4000,
+            fidelity: true,
+            seed: config.run.seed,
+            system_prompt: None,
+        }
+    }
+}
+
+/// One episode to run: a task and a real environment in the task's initial state.
+#[derive(Debug)]
+pub struct EpisodeSpec {
+    /// The task.
+    pub task: Arc<GenTask>,
+    /// The real environment (in rehearse mode, the shadow that fidelity replays run on).
+    pub env: Box<dyn Environment>,
+    /// The prompt group (GRPO baselines are per group); usually the task id.
+    pub group: String,
+}
+
+struct Live {
+    idx: usize,
+    spec: EpisodeSpec,
+    tools_json: Vec<Value>,
+    messages: Vec<Value>,
+    act: Sample,
+    rehearsals: Vec<Sample>,
+    turns: Vec<TurnRecord>,
+    end: Option<EndReason>,
+    rng: Rng,
+}
+
+/// A call waiting for its simulator answer.
+struct Pending {
+    live: usize,
+    call_idx: usize,
+    messages: Vec<Value>,
+}
+
+/// Runs a batch of episodes to the end and judges them. `simulator` answers calls in
+/// external mode; `cache` supplies few-shot examples and collects every real response seen.
+pub fn run_batch(
+    specs: Vec<EpisodeSpec>,
+    settings: &RolloutSettings,
+    codec: &TokenCodec,
+    generator: &mut dyn Generator,
+    simulator: Option<&dyn Simulator>,
+    judge: &dyn EpisodeJudge,
+    cache: &mut ResponseCache,
+) -> Result<Vec<EpisodeRecord>> {
+    if settings.mode == ResponseMode::External && simulator.is_none() {
+        return Err(Error::Data {
+            source_name: "rollout".to_owned(),
+            message: "tool_response_mode is external but no simulator endpoint is configured ([env.external])".to_owned(),
+        });
+    }
+    let mut lives = Vec::with_capacity(specs.len());
+    for (idx, spec) in specs.into_iter().enumerate() {
+        let tools_json = spec.env.tool_schemas();
+        let mut messages = Vec::new();
+        if let Some(system) = &settings.system_prompt {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": spec.task.request}));
+        let prompt = codec.encode(&codec.render(&messages, &tools_json, true)?)?;
+        let mut act = Sample::new(Role::Act);
+        act.push(&prompt, Label::Prompt);
+        let rng = Rng::new(settings.seed ^ (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        lives.push(Live {
+            idx,
+            spec,
+            tools_json,
+            messages,
+            act,
+            rehearsals: Vec::new(),
+            turns: Vec::new(),
+            end: None,
+            rng,
+        });
+    }
+
+    loop {
+        let active: Vec<usize> = (0..lives.len())
+            .filter(|&i| lives[i].end.is_none())
+            .collect();
+        if active.is_empty() {
+            break;
+        }
+        act_step(&mut lives, &active, settings, codec, generator)?;
+        let mut rehearse_jobs = Vec::new();
+        let mut external_jobs = Vec::new();
+        for &i in &active {
+            plan_calls(
+                &mut lives[i],
+                settings,
+                codec,
+                cache,
+                &mut rehearse_jobs,
+                &mut external_jobs,
+            )?;
+        }
+        answer_rehearsals(&mut lives, rehearse_jobs, settings, codec, generator)?;
+        if let Some(simulator) = simulator {
+            answer_external(&mut lives, external_jobs, simulator);
+        }
+        for &i in &active {
+            finish_turn(&mut lives[i], settings, codec, cache)?;
+        }
+    }
+
+    Ok(lives
+        .into_iter()
+        .map(|live| judge_episode(live, settings, judge))
+        .collect())
+}
+
+fn request_seed(
+    settings: &RolloutSettings,
+    episode_idx: usize,
+    turn_idx: usize,
+    call_idx: usize,
+) -> u64 {
+    let mut rng = Rng::new(
+        settings.seed
+            ^ (episode_idx as u64).wrapping_mul(0xa076_1d64_78bd_642f)
+            ^ (turn_idx as u64).wrapping_mul(0xe703_7ed1_a0b4_28db)
+            ^ (call_idx as u64 + 1).wrapping_mul(0x8ebc_6af0_9c88_c6e3),
+    );
+    rng.next_u64()
+}
+
+fn act_step(
+    lives: &mut [Live],
+    active: &[usize],
+    settings: &RolloutSettings,
+    codec: &TokenCodec,
+    generator: &mut dyn Generator,
+) -> Result<()> {
+    let mut requests = Vec::with_capacity(active.len());
+    let mut context_starts = Vec::with_capacity(active.len());
+    for &i in active {
+        let live = &lives[i];
+        let context_start = live
+            .act
+            .tokens
+            .len()
+            .saturating_sub(settings.max_prompt_tokens);
+        context_starts.push(context_start);
+        requests.push(GenRequest {
+            role: Role::Act,
+            prompt: live.act.tokens[context_start..].to_vec(),
+            max_new_tokens: settings.max_response_tokens,
+            seed: request_seed(settings, live.idx, live.turns.len(), 0),
+            episode_idx: live.idx,
+            turn_idx: live.turns.len(),
+            call_idx: None,
+        });
+    }
+    let outputs = generator.generate(codec, &requests)?;
+    check_count(outputs.len(), requests.len())?;
+    for ((&i, output), context_start) in active.iter().zip(outputs).zip(context_starts) {
+        let live = &mut lives[i];
+        let start = live.act.tokens.len();
+        live.act.push(&output.tokens, Label::Act);
+        live.act.logprobs.extend_from_slice(&output.logprobs);
+        live.act.windows.push(GenWindow {
+            context_start,
+            start,
+            end: live.act.tokens.len(),
+        });
+        let finished = output
+            .tokens
+            .last()
+            .is_some_and(|t| codec.stop_ids().contains(t));
+        let body = if finished {
+            &output.tokens[..output.tokens.len() - 1]
+        } else {
+            &output.tokens[..]
+        };
+        let text = codec.decode(body)?;
+        live.messages
+            .push(json!({"role": "assistant", "content": text}));
+        live.turns.push(TurnRecord {
+            turn_idx: live.turns.len(),
+            text,
+            finished,
+            calls: Vec::new(),
+        });
+    }
+    Ok(())
+}
+
+fn check_count(got: usize, asked: usize) -> Result<()> {
+    if got == asked {
+        Ok(())
+    } else {
+        Err(Error::Data {
+            source_name: "generator".to_owned(),
+            message: format!("answered {got} of {asked} generation requests"),
+        })
+    }
+}
+
+/// Parses the new turn's calls, answers real and over-limit calls, runs the shadow replays,
+/// and queues rehearse and external calls.
+fn plan_calls(
+    live: &mut Live,
+    settings: &RolloutSettings,
+    codec: &TokenCodec,
+    cache: &ResponseCache,
+    rehearse_jobs: &mut Vec<(usize, usize, Vec<u32>)>,
+    external_jobs: &mut Vec<Pending>,
+) -> Result<()> {
+    let Some(turn) = live.turns.last() else {
+        return Ok(());
+    };
+    let turn_idx = turn.turn_idx;
+    let text = turn.text.clone();
+    let parse = parse_tool_calls(&text);
+    if !parse.has_calls() {
+        live.end = Some(EndReason::FinalAnswer);
+        return Ok(());
+    }
+    let conversation: Vec<(String, String)> = live.messages[..live.messages.len() - 1]
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut calls = Vec::with_capacity(parse.calls.len());
+    for (call_idx, parsed) in parse.calls.iter().enumerate() {
+        let (name, arguments, raw) = match parsed {
+            Ok(call) => (
+                Some(call.name.clone()),
+                Some(Value::Object(call.arguments.clone())),
+                None,
+            ),
+            Err(err) => (None, None, Some(text[err.span.0..err.span.1].to_owned())),
+        };
+        if call_idx >= settings.max_parallel_calls {
+            calls.push(CallRecord {
+                call_idx,
+                name,
+                arguments,
+                raw,
+                source: ResponseSource::Limit,
+                response: error_json(
+                    TOO_MANY_TOOL_CALLS,
+                    &format!(
+                        "at most {} tool calls per turn are run; this one was not",
+                        settings.max_parallel_calls
+                    ),
+                ),
+                simulator_text: None,
+                real: None,
+                scores: None,
+            });
+            continue;
+        }
+        let source = match settings.mode {
+            ResponseMode::Real => ResponseSource::Real,
+            ResponseMode::Rehearse => ResponseSource::Rehearse,
+            ResponseMode::External => ResponseSource::External,
+            ResponseMode::Mixed {
+                rehearse_probability,
+            } => {
+                if live.rng.chance(rehearse_probability) {
+                    ResponseSource::Rehearse
+                } else {
+                    ResponseSource::Real
+                }
+            }
+        };
+        // The real answer: the response itself in real mode, the fidelity reference otherwise.
+        let real = if source == ResponseSource::Real || settings.fidelity {
+            Some(match parsed {
+                Ok(call) => {
+                    let arguments = Value::Object(call.arguments.clone());
+                    outcome_json(&live.spec.env.call(&call.name, &arguments))
+                }
+                Err(err) => error_json(INVALID_TOOL_CALL_FORMAT, &err.message),
+            })
+        } else {
+            None
+        };
+        let call_under_test = match parsed {
+            Ok(call) => CallUnderTest::Parsed {
+                name: call.name.clone(),
+                arguments: Value::Object(call.arguments.clone()),
+            },
+            Err(_) => CallUnderTest::Malformed {
+                raw: raw.clone().unwrap_or_default(),
+            },
+        };
+        let examples = match &name {
+            Some(name) => cache.examples(name, settings.n_few_shot),
+            None => Vec::new(),
+        };
+        let rehearse_input = || RehearseInput {
+            tools: live.spec.env.tools(),
+            examples: examples.clone(),
+            conversation: conversation.clone(),
+            caller_message: &text,
+            call: call_under_test.clone(),
+            max_conversation_chars: settings.max_conversation_chars,
+        };
+        match source {
+            ResponseSource::Rehearse => {
+                let prompt_text = codec.render(&rehearse_messages(&rehearse_input()), &[], true)?;
+                rehearse_jobs.push((live.idx, call_idx, codec.encode(&prompt_text)?));
+            }
+            ResponseSource::External => external_jobs.push(Pending {
+                live: live.idx,
+                call_idx,
+                messages: rehearse_messages(&rehearse_input()),
+            }),
+            ResponseSource::Real | ResponseSource::Limit => {}
+        }
+        calls.push(CallRecord {
+            call_idx,
+            name,
+            arguments,
+            raw,
+            source,
+            response: if source == ResponseSource::Real {
+                real.clone().unwrap_or(Value::Null)
+            } else {
+                Value::Null
+            },
+            simulator_text: None,
+            real: if source == ResponseSource::Real {
+                None
+            } else {
+                real
+            },
+            scores: None,
+        });
+    }
+    if let Some(turn) = live.turns.last_mut() {
+        turn.turn_idx = turn_idx;
+        turn.calls = calls;
+    }
+    if let Some(fault) = live.spec.env.fault() {
+        live.end = Some(EndReason::Fault {
+            reason: fault.to_string(),
+        });
+    }
+    Ok(())
+}
+
+fn answer_rehearsals(
+    lives: &mut [Live],
+    jobs: Vec<(usize, usize, Vec<u32>)>,
+    settings: &RolloutSettings,
+    codec: &TokenCodec,
+    generator: &mut dyn Generator,
+) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let requests: Vec<GenRequest> = jobs
+        .iter()
+        .map(|(live, call_idx, prompt)| {
+            let context_start = prompt.len().saturating_sub(settings.max_prompt_tokens);
+            let turn_idx = lives[*live].turns.len().saturating_sub(1);
+            GenRequest {
+                role: Role::Rehearse,
+                prompt: prompt[context_start..].to_vec(),
+                max_new_tokens: settings.max_response_tokens,
+                seed: request_seed(settings, *live, turn_idx, call_idx + 1),
+                episode_idx: *live,
+                turn_idx,
+                call_idx: Some(*call_idx),
+            }
+        })
+        .collect();
+    let outputs = generator.generate(codec, &requests)?;
+    check_count(outputs.len(), requests.len())?;
+    for ((live_idx, call_idx, prompt), output) in jobs.into_iter().zip(outputs) {
+        let live = &mut lives[live_idx];
+        let turn_idx = live.turns.len().saturating_sub(1);
+        let mut sample = Sample::new(Role::Rehearse);
+        sample.push(&prompt, Label::Prompt);
+        let start = sample.tokens.len();
+        sample.push(&output.tokens, Label::Rehearse);
+        sample.logprobs = output.logprobs;
+        sample.windows.push(GenWindow {
+            context_start: prompt.len().saturating_sub(settings.max_prompt_tokens),
+            start,
+            end: sample.tokens.len(),
+        });
+        sample.call = Some((turn_idx, call_idx));
+        let body = match output.tokens.last() {
+            Some(t) if codec.stop_ids().contains(t) => &output.tokens[..output.tokens.len() - 1],
+            _ => &output.tokens[..],
+        };
+        let text = codec.decode(body)?;
+        let response = parse_execution_result(&text).unwrap_or_else(|e| e.to_json());
+        live.rehearsals.push(sample);
+        if let Some(call) = live
+            .turns
+            .last_mut()
+            .and_then(|t| t.calls.iter_mut().find(|c| c.call_idx == call_idx))
+        {
+            call.response = response;
+            call.simulator_text = Some(text);
+        }
+    }
+    Ok(())
+}
+
+fn answer_external(lives: &mut [Live], jobs: Vec<Pending>, simulator: &dyn Simulator) {
+    if jobs.is_empty() {
+        return;
+    }
+    let answers: Vec<std::result::Result<String, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|job| scope.spawn(|| simulator.simulate(&job.messages)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the simulator call panicked".to_owned()))
+            })
+            .collect()
+    });
+    for (job, answer) in jobs.into_iter().zip(answers) {
+        let live = &mut lives[job.live];
+        match answer {
+            Ok(text) => {
+                let response = parse_execution_result(&text).unwrap_or_else(|e| e.to_json());
+                if let Some(call) = live
+                    .turns
+                    .last_mut()
+                    .and_then(|t| t.calls.iter_mut().find(|c| c.call_idx == job.call_idx))
+                {
+                    call.response = response;
+                    call.simulator_text = Some(text);
+                }
+            }
+            Err(reason) => {
+                if live.end.is_none() {
+                    live.end = Some(EndReason::Fault {
+                        reason: format!("external simulator: {reason}"),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Scores fidelity, feeds the cache, appends the tool messages and the injected tokens, and
+/// decides whether the episode goes on.
+fn finish_turn(
+    live: &mut Live,
+    settings: &RolloutSettings,
+    codec: &TokenCodec,
+    cache: &mut ResponseCache,
+) -> Result<()> {
+    let Some(turn) = live.turns.last_mut() else {
+        return Ok(());
+    };
+    if turn.calls.is_empty() {
+        return Ok(());
+    }
+    for call in &mut turn.calls {
+        if let (Some(real), ResponseSource::Rehearse | ResponseSource::External) =
+            (&call.real, call.source)
+        {
+            call.scores = Some(fidelity::score(&call.response, real));
+        }
+        let real = match call.source {
+            ResponseSource::Real => Some(&call.response),
+            _ => call.real.as_ref(),
+        };
+        if let (Some(name), Some(arguments), Some(real)) = (&call.name, &call.arguments, real) {
+            cache.record(name, arguments, real);
+        }
+    }
+    if live.end.is_some() {
+        return Ok(());
+    }
+    let before = codec.render(&live.messages, &live.tools_json, false)?;
+    for call in &turn.calls {
+        live.messages
+            .push(json!({"role": "tool", "content": render_for_agent(&call.response)}));
+    }
+    if let Some(code) = turn
+        .calls
+        .iter()
+        .find(|c| ends_trajectory(&c.response))
+        .map(|c| error_code(&c.response).unwrap_or("UNKNOWN").to_owned())
+    {
+        live.end = Some(EndReason::ErrorToolCall { code });
+        return Ok(());
+    }
+    if live.turns.len() >= settings.max_turns {
+        live.end = Some(EndReason::MaxTurns);
+        return Ok(());
+    }
+    let after = codec.render(&live.messages, &live.tools_json, true)?;
+    let Some(delta) = after.strip_prefix(before.as_str()) else {
+        live.end = Some(EndReason::TemplateNotIncremental);
+        return Ok(());
+    };
+    let finished = live.turns.last().is_some_and(|t| t.finished);
+    if !finished && let Some(&stop) = codec.stop_ids().first() {
+        live.act.push(&[stop], Label::Injected);
+    }
+    let tail = before
+        .rfind(&codec.eos_text)
+        .map_or("", |at| &before[at + codec.eos_text.len()..]);
+    let injected = codec.encode(&format!("{tail}{delta}"))?;
+    live.act.push(&injected, Label::Injected);
+    Ok(())
+}
+
+fn judge_episode(
+    live: Live,
+    settings: &RolloutSettings,
+    judge: &dyn EpisodeJudge,
+) -> EpisodeRecord {
+    let messages: Vec<Message> = live
+        .messages
+        .iter()
+        .map(|m| Message {
+            role: m["role"].as_str().unwrap_or_default().to_owned(),
+            content: m["content"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    let end = live.end.unwrap_or(EndReason::MaxTurns);
+    let (reward, mask_reason, detail) = match &end {
+        EndReason::Fault { reason } => (None, Some(reason.clone()), Value::Null),
+        _ => {
+            let trajectory: Vec<tasks::ChatMessage> = messages
+                .iter()
+                .filter_map(|m| {
+                    let role = match m.role.as_str() {
+                        "user" => tasks::Role::User,
+                        "assistant" => tasks::Role::Assistant,
+                        "tool" => tasks::Role::Tool,
+                        _ => return None,
+                    };
+                    Some(tasks::ChatMessage {
+                        role,
+                        content: m.content.clone(),
+                    })
+                })
+                .collect();
+            match judge.judge(&live.spec.task, &trajectory) {
+                Verdict::Scored { score, detail } => (Some(score), None, detail),
+                Verdict::Masked { reason } => (None, Some(format!("judge: {reason}")), Value::Null),
+            }
+        }
+    };
+    let mut samples = Vec::with_capacity(1 + live.rehearsals.len());
+    samples.push(live.act);
+    samples.extend(live.rehearsals);
+    EpisodeRecord {
+        episode_idx: live.idx,
+        task_id: live.spec.task.id.clone(),
+        group: live.spec.group,
+        mode: settings.mode.name().to_owned(),
+        messages,
+        turns: live.turns,
+        samples,
+        end,
+        reward,
+        mask_reason,
+        judge: detail,
+    }
+}

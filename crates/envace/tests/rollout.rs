@@ -1,0 +1,589 @@
+//! Episode-engine tests: scripted policies (deterministic stand-ins for the model) drive every
+//! branch of the real engine on generated tasks and real environments: each rehearse parser
+//! error code, `error_tool_call` termination, turn and call limits, left truncation, mixed-mode
+//! statistics, fidelity 1.0 with the real environment answering in rehearsal's place and the
+//! exact drop under a corrupted simulator; then the tiny model rehearses and the batch goes
+//! through the run store and back intact.
+#![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use candle_core::{DType, Device};
+use envace::chat::ChatTemplate;
+use envace::config::{Domain, Role, TaskSplit, TinyModelConfig};
+use envace::env::Environment;
+use envace::env::tau2::{DomainKind, Tau2Domain};
+use envace::judge::RuleJudge;
+use envace::model::{Policy, Sampling, TransformerConfig};
+use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
+use envace::rollout::{
+    EndReason, EpisodeRecord, EpisodeSpec, GenRequest, Label, PolicyGenerator, ResponseMode,
+    ResponseSource, RoleRouter, RolloutSettings, Scripted, TokenCodec, load_episodes,
+    record_episodes, run_batch,
+};
+use envace::store::{Batch, Store};
+use envace::tasks::{self, GenConfig, GenSources, GenTask, Role as MsgRole};
+use envace::tokenize;
+use serde_json::{Value, json};
+
+fn data_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/benchmarks/tau2-bench")
+}
+
+fn sources() -> &'static GenSources {
+    static SOURCES: OnceLock<GenSources> = OnceLock::new();
+    SOURCES.get_or_init(|| GenSources {
+        retail: Some(Tau2Domain::load(DomainKind::Retail, data_root().join("retail")).unwrap()),
+        airline: None,
+    })
+}
+
+fn gen_tasks(domain: Domain, difficulty: u32, n_tasks: usize) -> Vec<Arc<GenTask>> {
+    let config = GenConfig {
+        seed: 11,
+        split: TaskSplit::Train,
+        difficulty,
+        n_tasks,
+    };
+    tasks::generate(domain, sources(), &config)
+        .unwrap()
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+}
+
+/// A byte-level BPE trained on the tasks' oracle texts, with ChatML, stopping at `<|im_end|>`.
+fn codec() -> TokenCodec {
+    static TOKENIZER: OnceLock<tokenize::Tokenizer> = OnceLock::new();
+    let tokenizer = TOKENIZER.get_or_init(|| {
+        let mut corpus = Vec::new();
+        for domain in [Domain::Retail, Domain::Functions] {
+            for task in gen_tasks(domain, 2, 60) {
+                corpus.extend(task.oracle.iter().map(|m| m.content.clone()));
+            }
+        }
+        tokenize::train_bpe(corpus.into_iter(), 600).unwrap()
+    });
+    TokenCodec::new(
+        tokenizer.clone(),
+        ChatTemplate::chatml().unwrap(),
+        &["<|im_end|>"],
+    )
+    .unwrap()
+}
+
+fn settings(mode: ResponseMode) -> RolloutSettings {
+    RolloutSettings {
+        mode,
+        max_turns: 8,
+        max_parallel_calls: 4,
+        max_prompt_tokens: 100_000,
+        max_response_tokens: 4096,
+        n_few_shot: 1,
+        max_conversation_chars: 2000,
+        fidelity: true,
+        seed: 3,
+        system_prompt: None,
+    }
+}
+
+fn specs(tasks: &[Arc<GenTask>]) -> Vec<EpisodeSpec> {
+    tasks
+        .iter()
+        .map(|task| EpisodeSpec {
+            task: task.clone(),
+            env: tasks::fresh_env(task.domain, sources()).unwrap(),
+            group: task.id.clone(),
+        })
+        .collect()
+}
+
+/// The oracle's assistant turns, per episode.
+fn oracle_turns(tasks: &[Arc<GenTask>]) -> Vec<Vec<String>> {
+    tasks
+        .iter()
+        .map(|t| {
+            t.oracle
+                .iter()
+                .filter(|m| m.role == MsgRole::Assistant)
+                .map(|m| m.content.clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// The current call of a rehearse prompt: `tool: NAME` and `arguments: JSON` after
+/// `# Current call`.
+fn current_call(prompt: &str) -> (String, Value) {
+    let section = &prompt[prompt.rfind("# Current call").unwrap()..];
+    let name = section
+        .lines()
+        .find_map(|l| l.strip_prefix("tool: "))
+        .unwrap()
+        .to_owned();
+    let arguments = section
+        .lines()
+        .find_map(|l| l.strip_prefix("arguments: "))
+        .unwrap();
+    (name, serde_json::from_str(arguments).unwrap())
+}
+
+/// A rehearser that runs each call on its own real environment per episode, in order, and
+/// lets `corrupt` change the answer.
+fn real_rehearser(
+    tasks: &[Arc<GenTask>],
+    corrupt: impl Fn(&str, Value) -> Option<String>,
+) -> impl FnMut(&GenRequest, &str) -> String {
+    let mut envs: Vec<Box<dyn Environment>> = tasks
+        .iter()
+        .map(|t| tasks::fresh_env(t.domain, sources()).unwrap())
+        .collect();
+    move |request, prompt| {
+        let (name, arguments) = current_call(prompt);
+        let answer = outcome_json(&envs[request.episode_idx].call(&name, &arguments));
+        corrupt(&name, answer.clone()).unwrap_or_else(|| execution_result_block(&answer))
+    }
+}
+
+fn oracle_actor(tasks: &[Arc<GenTask>]) -> impl FnMut(&GenRequest, &str) -> String {
+    let turns = oracle_turns(tasks);
+    move |request, _| turns[request.episode_idx][request.turn_idx].clone()
+}
+
+fn run(
+    tasks: &[Arc<GenTask>],
+    settings: &RolloutSettings,
+    act: &mut dyn envace::rollout::Generator,
+    rehearse: &mut dyn envace::rollout::Generator,
+) -> Vec<EpisodeRecord> {
+    let codec = codec();
+    let judge = RuleJudge::new(sources().clone());
+    let mut cache = ResponseCache::new(4);
+    let mut router = RoleRouter { act, rehearse };
+    run_batch(
+        specs(tasks),
+        settings,
+        &codec,
+        &mut router,
+        None,
+        &judge,
+        &mut cache,
+    )
+    .unwrap()
+}
+
+fn mixed_tasks() -> Vec<Arc<GenTask>> {
+    let mut all = gen_tasks(Domain::Retail, 3, 6);
+    all.extend(gen_tasks(Domain::Functions, 5, 6));
+    all
+}
+
+#[test]
+fn oracle_with_the_real_environment_rehearsing_scores_full_fidelity() {
+    let tasks = mixed_tasks();
+    let rehearsed = run(
+        &tasks,
+        &settings(ResponseMode::Rehearse),
+        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut Scripted::new(real_rehearser(&tasks, |_, _| None)),
+    );
+    let real = run(
+        &tasks,
+        &settings(ResponseMode::Real),
+        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!("real mode never rehearses")),
+    );
+    let mut n_pairs = 0;
+    for (episode, real_episode) in rehearsed.iter().zip(&real) {
+        assert_eq!(episode.end, EndReason::FinalAnswer, "{}", episode.task_id);
+        assert_eq!(
+            episode.reward,
+            Some(1.0),
+            "{}: {}",
+            episode.task_id,
+            episode.judge
+        );
+        assert_eq!(real_episode.reward, Some(1.0));
+        // A perfect simulator gives the acting policy exactly the real context.
+        assert_eq!(episode.messages, real_episode.messages);
+        assert_eq!(episode.samples[0].tokens, real_episode.samples[0].tokens);
+        assert_eq!(episode.samples[0].labels, real_episode.samples[0].labels);
+        for (_, call) in episode.fidelity_calls() {
+            n_pairs += 1;
+            let s = call.scores.unwrap();
+            assert!(
+                s.valid_json && s.outcome_agrees && s.exact_match,
+                "{call:?}"
+            );
+            assert_eq!((s.key_f1, s.value_accuracy), (1.0, 1.0));
+            assert_eq!(call.source, ResponseSource::Rehearse);
+        }
+        let n_calls: usize = episode.turns.iter().map(|t| t.calls.len()).sum();
+        assert_eq!(episode.samples.len(), 1 + n_calls);
+        assert!(real_episode.fidelity_calls().next().is_none());
+    }
+    assert!(n_pairs >= 20, "only {n_pairs} rehearsed calls");
+}
+
+/// Changes the first string leaf of an object answer.
+fn corrupt_first_string(value: &mut Value) -> bool {
+    match value {
+        Value::String(s) => {
+            s.push_str("-corrupted");
+            true
+        }
+        Value::Object(map) => map.values_mut().any(corrupt_first_string),
+        Value::Array(items) => items.iter_mut().any(corrupt_first_string),
+        _ => false,
+    }
+}
+
+#[test]
+fn a_corrupted_simulator_loses_exactly_the_corrupted_values() {
+    let tasks = gen_tasks(Domain::Retail, 2, 6);
+    let episodes = run(
+        &tasks,
+        &settings(ResponseMode::Rehearse),
+        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut Scripted::new(real_rehearser(&tasks, |_, mut answer| {
+            corrupt_first_string(&mut answer).then(|| execution_result_block(&answer))
+        })),
+    );
+    let mut n_checked = 0;
+    for episode in &episodes {
+        for (_, call) in episode.fidelity_calls() {
+            let s = call.scores.unwrap();
+            let real = call.real.as_ref().unwrap();
+            let n_leaves = envace::rehearse::leaves(real).len() as f64;
+            let has_string = {
+                let mut probe = real.clone();
+                corrupt_first_string(&mut probe)
+            };
+            assert!(s.valid_json && s.outcome_agrees, "{call:?}");
+            assert_eq!(s.key_f1, 1.0, "keys are untouched: {call:?}");
+            if has_string {
+                n_checked += 1;
+                assert!(!s.exact_match);
+                assert!(
+                    (s.value_accuracy - (n_leaves - 1.0) / n_leaves).abs() < 1e-12,
+                    "one of {n_leaves} leaves wrong: {call:?}"
+                );
+            } else {
+                assert!(s.exact_match && s.value_accuracy == 1.0);
+            }
+        }
+    }
+    assert!(n_checked >= 6, "only {n_checked} corrupted answers");
+}
+
+#[test]
+fn every_unreadable_rehearsal_ends_the_episode_with_its_code() {
+    let cases = [
+        ("", SimErrorCode::EmptySimulatorOutput),
+        (
+            "the order is pending",
+            SimErrorCode::NoExecutionResultTagFound,
+        ),
+        (
+            "<execution_result>{\"a\": 1}",
+            SimErrorCode::ExecutionResultTagMalformed,
+        ),
+        (
+            "<execution_result>{\"a\": </execution_result>",
+            SimErrorCode::SimulatorJsonDecodeError,
+        ),
+        (
+            "<execution_result>42</execution_result>",
+            SimErrorCode::InvalidExecutionResultType,
+        ),
+    ];
+    let tasks = gen_tasks(Domain::Retail, 1, 1);
+    for (answer, code) in cases {
+        let episodes = run(
+            &tasks,
+            &settings(ResponseMode::Rehearse),
+            &mut Scripted::new(oracle_actor(&tasks)),
+            &mut Scripted::new(move |_: &GenRequest, _: &str| answer.to_owned()),
+        );
+        let episode = &episodes[0];
+        assert_eq!(
+            episode.end,
+            EndReason::ErrorToolCall {
+                code: code.as_str().to_owned()
+            }
+        );
+        assert_eq!(
+            episode.turns.len(),
+            1,
+            "the trajectory ends at the first call"
+        );
+        let call = &episode.turns[0].calls[0];
+        assert_eq!(call.simulator_text.as_deref(), Some(answer));
+        let scores = call.scores.unwrap();
+        assert!(!scores.valid_json && !scores.outcome_agrees);
+        // The tool message shows the error to the record; no further act turn is generated.
+        assert_eq!(episode.messages.last().unwrap().role, "tool");
+        assert!(episode.reward.is_some(), "an ended episode is still judged");
+    }
+}
+
+#[test]
+fn turn_and_parallel_call_limits_hold() {
+    let tasks = gen_tasks(Domain::Functions, 1, 2);
+    let mut settings = settings(ResponseMode::Real);
+    settings.max_turns = 3;
+    settings.max_parallel_calls = 2;
+    let call =
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+    let turn = format!("{call}\n{call}\n{call}\n<tool_call>\nnot json\n</tool_call>");
+    let episodes = run(
+        &tasks,
+        &settings,
+        &mut Scripted::new(move |_: &GenRequest, _: &str| turn.clone()),
+        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+    );
+    for episode in &episodes {
+        assert_eq!(episode.end, EndReason::MaxTurns);
+        assert_eq!(episode.turns.len(), 3);
+        for turn in &episode.turns {
+            let sources: Vec<ResponseSource> = turn.calls.iter().map(|c| c.source).collect();
+            assert_eq!(
+                sources,
+                [
+                    ResponseSource::Real,
+                    ResponseSource::Real,
+                    ResponseSource::Limit,
+                    ResponseSource::Limit
+                ]
+            );
+            assert_eq!(
+                turn.calls[2].response["error"]["code"],
+                json!("TOO_MANY_TOOL_CALLS")
+            );
+            assert!(turn.calls[3].name.is_none() && turn.calls[3].raw.is_some());
+        }
+        // Three act generations, injected text after the first two only.
+        assert_eq!(episode.samples[0].windows.len(), 3);
+    }
+}
+
+#[test]
+fn malformed_calls_get_the_format_error_from_the_real_environment() {
+    let tasks = gen_tasks(Domain::Functions, 1, 1);
+    let mut settings = settings(ResponseMode::Real);
+    settings.max_turns = 1;
+    let episodes = run(
+        &tasks,
+        &settings,
+        &mut Scripted::new(|_: &GenRequest, _: &str| {
+            "<tool_call>\n{\"name\": \"add\"}\n</tool_call>".to_owned()
+        }),
+        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+    );
+    let call = &episodes[0].turns[0].calls[0];
+    assert_eq!(
+        call.response["error"]["code"],
+        json!("INVALID_TOOL_CALL_FORMAT")
+    );
+}
+
+#[test]
+fn long_contexts_are_cut_from_the_left() {
+    let tasks = gen_tasks(Domain::Functions, 1, 2);
+    let mut settings = settings(ResponseMode::Real);
+    settings.max_turns = 4;
+    settings.max_prompt_tokens = 64;
+    let call =
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+    let mut seen = Vec::new();
+    let episodes = {
+        let mut actor = Scripted::new(|request: &GenRequest, _: &str| {
+            seen.push(request.prompt.len());
+            call.to_owned()
+        });
+        run(
+            &tasks,
+            &settings,
+            &mut actor,
+            &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+        )
+    };
+    assert!(seen.iter().all(|&n| n == 64), "{seen:?}");
+    for episode in &episodes {
+        let act = &episode.samples[0];
+        for window in &act.windows {
+            assert_eq!(window.start - window.context_start, 64);
+        }
+        assert!(
+            act.windows
+                .windows(2)
+                .all(|w| w[0].end <= w[1].context_start + 64)
+        );
+    }
+}
+
+#[test]
+fn mixed_mode_rehearses_at_the_configured_rate() {
+    let p = 0.3;
+    let tasks: Vec<Arc<GenTask>> = gen_tasks(Domain::Functions, 1, 40);
+    let mut settings = settings(ResponseMode::Mixed {
+        rehearse_probability: p,
+    });
+    settings.max_turns = 50;
+    settings.max_parallel_calls = 1;
+    let call =
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+    let episodes = run(
+        &tasks,
+        &settings,
+        &mut Scripted::new(|_: &GenRequest, _: &str| call.to_owned()),
+        &mut Scripted::new(|_: &GenRequest, _: &str| {
+            "<execution_result>\n{\"result\": 3}\n</execution_result>".to_owned()
+        }),
+    );
+    let calls: Vec<ResponseSource> = episodes
+        .iter()
+        .flat_map(|e| {
+            e.turns
+                .iter()
+                .flat_map(|t| t.calls.iter().map(|c| c.source))
+        })
+        .collect();
+    assert_eq!(calls.len(), 2000);
+    let n_rehearsed = calls
+        .iter()
+        .filter(|&&s| s == ResponseSource::Rehearse)
+        .count() as f64;
+    let n = calls.len() as f64;
+    let sigma = (n * p * (1.0 - p)).sqrt();
+    assert!(
+        (n_rehearsed - n * p).abs() <= 3.0 * sigma,
+        "{n_rehearsed} rehearsed of {n}, expected {} ± {}",
+        n * p,
+        3.0 * sigma
+    );
+    // Real and rehearsed answers agree here, so the act context never depends on the draw.
+    assert!(episodes.iter().all(|e| e.end == EndReason::MaxTurns));
+}
+
+#[test]
+fn labels_mark_prompt_act_injected_and_rehearse_tokens() {
+    let tasks = gen_tasks(Domain::Retail, 1, 2);
+    let codec = codec();
+    let episodes = run(
+        &tasks,
+        &settings(ResponseMode::Rehearse),
+        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut Scripted::new(real_rehearser(&tasks, |_, _| None)),
+    );
+    for episode in &episodes {
+        let act = &episode.samples[0];
+        assert_eq!(act.role, Role::Act);
+        assert_eq!(act.labels[0], Label::Prompt);
+        assert_eq!(act.count(Label::Rehearse), 0);
+        assert_eq!(act.logprobs.len(), act.count(Label::Act));
+        // The sampled tokens decode to the turns' texts plus their stop tokens.
+        for (window, turn) in act.windows.iter().zip(&episode.turns) {
+            assert!(
+                act.labels[window.start..window.end]
+                    .iter()
+                    .all(|&l| l == Label::Act)
+            );
+            let text = codec.decode(&act.tokens[window.start..window.end]).unwrap();
+            assert_eq!(text, format!("{}<|im_end|>", turn.text));
+        }
+        // The whole acting sequence is the rendering of the conversation.
+        let rendered = codec.decode(&act.tokens).unwrap();
+        assert!(rendered.contains("<tool_response>"), "{rendered}");
+        for sample in &episode.samples[1..] {
+            assert_eq!(sample.role, Role::Rehearse);
+            assert_eq!(sample.count(Label::Act), 0);
+            assert_eq!(sample.logprobs.len(), sample.count(Label::Rehearse));
+            assert!(sample.call.is_some());
+            let prompt = codec
+                .decode(&sample.tokens[..sample.windows[0].start])
+                .unwrap();
+            assert!(prompt.contains("silent tool executor"));
+        }
+    }
+}
+
+#[test]
+fn the_tiny_model_rehearses_and_the_batch_round_trips_through_the_store() {
+    let tasks = gen_tasks(Domain::Retail, 1, 3);
+    let codec = codec();
+    let tiny = TinyModelConfig {
+        hidden_size: 64,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        intermediate_size: 128,
+        vocab_size: codec.tokenizer().get_vocab_size(true) as u32,
+        max_position_embeddings: 8192,
+        ..TinyModelConfig::default()
+    };
+    let policy = Policy::init(
+        TransformerConfig::from_tiny(&tiny).unwrap(),
+        5,
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    let mut rehearser = PolicyGenerator {
+        policy,
+        sampling: Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        },
+        max_batch: 8,
+    };
+    let mut settings = settings(ResponseMode::Rehearse);
+    settings.max_response_tokens = 24;
+    settings.max_prompt_tokens = 1024;
+    let episodes = run(
+        &tasks,
+        &settings,
+        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut rehearser,
+    );
+    let mut n_rehearsed = 0;
+    for episode in &episodes {
+        for sample in &episode.samples[1..] {
+            n_rehearsed += 1;
+            let n_new = sample.count(Label::Rehearse);
+            assert!((1..=24).contains(&n_new));
+            assert_eq!(sample.logprobs.len(), n_new);
+            assert!(
+                sample
+                    .logprobs
+                    .iter()
+                    .all(|lp| lp.is_finite() && *lp <= 0.0)
+            );
+        }
+        // An untrained model's answers are data: recorded, scored, never a crash.
+        assert!(episode.fidelity_calls().count() >= 1);
+        assert!(episode.reward.is_some());
+    }
+    assert!(n_rehearsed >= 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("runs.sqlite")).unwrap();
+    let run_id = store.create_run("rollout-test", "").unwrap();
+    let mut batch = Batch::new(run_id);
+    record_episodes(&mut batch, 7, &episodes).unwrap();
+    let n_pairs = batch.fidelity.len();
+    store.write(&batch).unwrap();
+    let (loaded, pairs) = store
+        .read(|view| Ok((load_episodes(view, run_id)?, view.fidelity_pairs(run_id)?)))
+        .unwrap();
+    assert_eq!(loaded.len(), episodes.len());
+    for ((step, back), original) in loaded.iter().zip(&episodes) {
+        assert_eq!(*step, 7);
+        assert_eq!(back, original);
+    }
+    assert_eq!(pairs.len(), n_pairs);
+    assert!(pairs.iter().all(|p| p.step == 7 && !p.tool.is_empty()));
+}

@@ -23,6 +23,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             runs_command(command, &path)
         }
         Command::Env(command) => crate::env_commands::env_command(command),
+        Command::Train { config, resume } => {
+            let path = match cli.store {
+                Some(path) => path,
+                None => store::default_path()?,
+            };
+            crate::train_command::train(&config, resume.as_deref(), &path)
+        }
         Command::ServeEnv {
             domain,
             stdio,

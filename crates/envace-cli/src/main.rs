@@ -2,6 +2,7 @@
 
 mod commands;
 mod env_commands;
+mod train_command;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +38,16 @@ enum Command {
     /// Built-in environments: call a tool, replay a τ²-bench task.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Train an experiment: SFT warm start, then role-wise GRPO; Ctrl-C stops cleanly after a
+    /// checkpoint.
+    Train {
+        /// The experiment config (TOML).
+        #[arg(value_name = "CONFIG")]
+        config: PathBuf,
+        /// Continue this run (id or name) from its latest checkpoint.
+        #[arg(long, value_name = "RUN")]
+        resume: Option<String>,
+    },
     /// Serve a built-in domain as an MCP server (one environment state per session).
     ServeEnv {
         /// The domain to serve.

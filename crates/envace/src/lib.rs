@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod controller;
 pub mod env;
 pub mod error;
 pub mod fidelity;
@@ -14,6 +15,7 @@ pub mod judge;
 pub mod mcp;
 pub mod model;
 pub mod rehearse;
+pub mod rl;
 pub mod rollout;
 pub mod store;
 pub mod tasks;

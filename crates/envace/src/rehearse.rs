@@ -296,6 +296,14 @@ impl ResponseCache {
             .unwrap_or_default()
     }
 
+    /// Every tool's kept examples, newest first (for checkpoints).
+    pub fn entries(&self) -> Vec<(String, Vec<Example>)> {
+        self.by_tool
+            .iter()
+            .map(|(tool, kept)| (tool.clone(), kept.iter().cloned().collect()))
+            .collect()
+    }
+
     /// Number of examples kept over all tools.
     pub fn len(&self) -> usize {
         self.by_tool.values().map(VecDeque::len).sum()

@@ -108,6 +108,9 @@ pub struct GenRequest {
     pub turn_idx: usize,
     /// For rehearse requests, the call within the turn.
     pub call_idx: Option<usize>,
+    /// For rehearse requests of well-formed calls, the tool and arguments (what an oracle
+    /// simulator answers from; a model reads them from the prompt).
+    pub rehearse_call: Option<(String, Value)>,
 }
 
 /// A generation: new tokens (the stop token included when reached) and their log-probabilities.
@@ -206,6 +209,77 @@ where
                 Ok(GenOutput { tokens, logprobs })
             })
             .collect()
+    }
+}
+
+/// The oracle acting: episode `i` of the batch replays the assistant turns of `tasks[i]`'s
+/// oracle trajectory (the SFT targets of the Act role).
+#[derive(Debug, Clone)]
+pub struct OracleActor {
+    turns: Vec<Vec<String>>,
+}
+
+impl OracleActor {
+    /// An actor for a batch whose episode `i` runs `tasks[i]`.
+    pub fn new(tasks: &[Arc<GenTask>]) -> Self {
+        OracleActor {
+            turns: tasks
+                .iter()
+                .map(|task| {
+                    task.oracle
+                        .iter()
+                        .filter(|m| m.role == tasks::Role::Assistant)
+                        .map(|m| m.content.clone())
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Generator for OracleActor {
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+        let turns = &self.turns;
+        Scripted::new(|request: &GenRequest, _: &str| {
+            turns
+                .get(request.episode_idx)
+                .and_then(|t| t.get(request.turn_idx))
+                .cloned()
+                .unwrap_or_default()
+        })
+        .generate(codec, requests)
+    }
+}
+
+/// The real environment playing the simulator: each episode's calls run in order on its own
+/// environment and are answered with the exact rehearse block (the SFT targets of the
+/// Rehearse role, and the perfect simulator fidelity is measured against).
+#[derive(Debug)]
+pub struct RealRehearser {
+    envs: Vec<Box<dyn Environment>>,
+}
+
+impl RealRehearser {
+    /// A rehearser for a batch whose episode `i` starts from `envs[i]`.
+    pub fn new(envs: Vec<Box<dyn Environment>>) -> Self {
+        RealRehearser { envs }
+    }
+}
+
+impl Generator for RealRehearser {
+    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+        let envs = &mut self.envs;
+        Scripted::new(|request: &GenRequest, _: &str| {
+            let answer = match (&request.rehearse_call, envs.get_mut(request.episode_idx)) {
+                (Some((name, arguments)), Some(env)) => outcome_json(&env.call(name, arguments)),
+                _ => error_json(
+                    INVALID_TOOL_CALL_FORMAT,
+                    "the call is not a well-formed tool call",
+                ),
+            };
+            crate::rehearse::execution_result_block(&answer)
+        })
+        .generate(codec, requests)
     }
 }
 
@@ -366,6 +440,14 @@ struct Live {
     rng: Rng,
 }
 
+/// A call waiting for the policy's rehearsal.
+struct RehearseJob {
+    live: usize,
+    call_idx: usize,
+    prompt: Vec<u32>,
+    call: Option<(String, Value)>,
+}
+
 /// A call waiting for its simulator answer.
 struct Pending {
     live: usize,
@@ -490,6 +572,7 @@ fn act_step(
             episode_idx: live.idx,
             turn_idx: live.turns.len(),
             call_idx: None,
+            rehearse_call: None,
         });
     }
     let outputs = generator.generate(codec, &requests)?;
@@ -544,7 +627,7 @@ fn plan_calls(
     settings: &RolloutSettings,
     codec: &TokenCodec,
     cache: &ResponseCache,
-    rehearse_jobs: &mut Vec<(usize, usize, Vec<u32>)>,
+    rehearse_jobs: &mut Vec<RehearseJob>,
     external_jobs: &mut Vec<Pending>,
 ) -> Result<()> {
     let Some(turn) = live.turns.last() else {
@@ -647,7 +730,12 @@ fn plan_calls(
         match source {
             ResponseSource::Rehearse => {
                 let prompt_text = codec.render(&rehearse_messages(&rehearse_input()), &[], true)?;
-                rehearse_jobs.push((live.idx, call_idx, codec.encode(&prompt_text)?));
+                rehearse_jobs.push(RehearseJob {
+                    live: live.idx,
+                    call_idx,
+                    prompt: codec.encode(&prompt_text)?,
+                    call: name.clone().zip(arguments.clone()),
+                });
             }
             ResponseSource::External => external_jobs.push(Pending {
                 live: live.idx,
@@ -690,7 +778,7 @@ fn plan_calls(
 
 fn answer_rehearsals(
     lives: &mut [Live],
-    jobs: Vec<(usize, usize, Vec<u32>)>,
+    jobs: Vec<RehearseJob>,
     settings: &RolloutSettings,
     codec: &TokenCodec,
     generator: &mut dyn Generator,
@@ -700,23 +788,33 @@ fn answer_rehearsals(
     }
     let requests: Vec<GenRequest> = jobs
         .iter()
-        .map(|(live, call_idx, prompt)| {
-            let context_start = prompt.len().saturating_sub(settings.max_prompt_tokens);
-            let turn_idx = lives[*live].turns.len().saturating_sub(1);
+        .map(|job| {
+            let context_start = job.prompt.len().saturating_sub(settings.max_prompt_tokens);
+            let turn_idx = lives[job.live].turns.len().saturating_sub(1);
             GenRequest {
                 role: Role::Rehearse,
-                prompt: prompt[context_start..].to_vec(),
+                prompt: job.prompt[context_start..].to_vec(),
                 max_new_tokens: settings.max_response_tokens,
-                seed: request_seed(settings, *live, turn_idx, call_idx + 1),
-                episode_idx: *live,
+                seed: request_seed(settings, job.live, turn_idx, job.call_idx + 1),
+                episode_idx: job.live,
                 turn_idx,
-                call_idx: Some(*call_idx),
+                call_idx: Some(job.call_idx),
+                rehearse_call: job.call.clone(),
             }
         })
         .collect();
     let outputs = generator.generate(codec, &requests)?;
     check_count(outputs.len(), requests.len())?;
-    for ((live_idx, call_idx, prompt), output) in jobs.into_iter().zip(outputs) {
+    for (
+        RehearseJob {
+            live: live_idx,
+            call_idx,
+            prompt,
+            ..
+        },
+        output,
+    ) in jobs.into_iter().zip(outputs)
+    {
         let live = &mut lives[live_idx];
         let turn_idx = live.turns.len().saturating_sub(1);
         let mut sample = Sample::new(Role::Rehearse);

@@ -32,8 +32,8 @@ mod engine;
 mod record;
 
 pub use engine::{
-    EpisodeSpec, GenOutput, GenRequest, Generator, PolicyGenerator, ResponseMode, RoleRouter,
-    RolloutSettings, Scripted, Simulator, TokenCodec, run_batch,
+    EpisodeSpec, GenOutput, GenRequest, Generator, OracleActor, PolicyGenerator, RealRehearser,
+    ResponseMode, RoleRouter, RolloutSettings, Scripted, Simulator, TokenCodec, run_batch,
 };
 pub use record::{
     CallRecord, EndReason, EpisodeRecord, GenWindow, Label, Message, ResponseSource, Sample,

@@ -477,6 +477,11 @@ impl RunWriter {
         Ok(())
     }
 
+    /// The store, for direct writes (commit [`RunWriter::flush`] first to keep order).
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     /// The store this writer commits to (for reads between flushes).
     pub fn store(&self) -> &Store {
         &self.store

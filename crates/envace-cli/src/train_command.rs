@@ -1,0 +1,162 @@
+//! `envace train`: runs an experiment (SFT, then role-wise GRPO) through the engine's training
+//! controller, with a progress bar, the latest metrics, and a clean stop on Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use envace::config;
+use envace::controller::{Command as JobCommand, Controller, Event, JobOutcome, JobSpec};
+use envace::store::{RunId, Store};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Trains `config_path` (or resumes `resume`), storing the run in `store_path`.
+pub fn train(config_path: &Path, resume: Option<&str>, store_path: &Path) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(config_path)
+        .with_context(|| format!("cannot read the config {}", config_path.display()))?;
+    let experiment = config::parse(&text, &config_path.display().to_string())
+        .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+    if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let resume = match resume {
+        Some(query) => {
+            let store = Store::open(store_path)?;
+            let run = store.view().find_run(query)?;
+            if store.view().checkpoints(run.id)?.is_empty() {
+                bail!(
+                    "run {query} has no checkpoint yet, so it cannot be resumed; start it again with `envace train {}`",
+                    config_path.display()
+                );
+            }
+            Some(run.id)
+        }
+        None => None,
+    };
+    let controller = Controller::start(JobSpec {
+        config: experiment,
+        config_toml: text,
+        store_path: PathBuf::from(store_path),
+        resume,
+    })?;
+    let commands = controller.commands();
+    let mut interrupted = 0u32;
+    let (signal_tx, signal_rx) = std::sync::mpsc::channel::<()>();
+    ctrlc::set_handler(move || {
+        let _ = signal_tx.send(());
+    })
+    .context("cannot install the Ctrl-C handler")?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>4} [{bar:30}] {pos}/{len} steps  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let run = controller.run();
+    eprintln!("run {} in {}", run.0, store_path.display());
+    loop {
+        if signal_rx.try_recv().is_ok() {
+            interrupted += 1;
+            if interrupted == 1 {
+                bar.println("stopping after this step and writing a checkpoint (Ctrl-C again to quit at once)");
+                let _ = commands.send(JobCommand::Stop);
+            } else {
+                bar.abandon_with_message("quit without a final checkpoint");
+                return Ok(ExitCode::from(130));
+            }
+        }
+        match controller.events().recv_timeout(Duration::from_millis(200)) {
+            Ok(event) => {
+                if report(&bar, &event) {
+                    break;
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let outcome = controller.wait()?;
+    bar.finish_and_clear();
+    print_latest(store_path, run)?;
+    match outcome {
+        JobOutcome::Finished => {
+            eprintln!("run {} finished", run.0);
+            Ok(ExitCode::SUCCESS)
+        }
+        JobOutcome::Stopped => {
+            eprintln!(
+                "run {} stopped; continue it with `envace train {} --resume {}`",
+                run.0,
+                config_path.display(),
+                run.0
+            );
+            Ok(ExitCode::from(130))
+        }
+    }
+}
+
+/// Shows one event; true when the job has ended.
+fn report(bar: &ProgressBar, event: &Event) -> bool {
+    match event {
+        Event::Started { run, resumed } => {
+            bar.println(format!(
+                "{} run {run}",
+                if *resumed { "resuming" } else { "starting" }
+            ));
+        }
+        Event::Phase { phase, .. } => {
+            bar.set_prefix(phase.clone());
+        }
+        Event::Step {
+            phase,
+            step,
+            total_steps,
+            metrics,
+            tokens_per_sec,
+            eta_secs,
+        } => {
+            bar.set_length(u64::from(*total_steps));
+            bar.set_position(u64::from(step + 1));
+            bar.set_prefix(phase.clone());
+            let headline = ["sft/loss", "rl/reward", "fidelity/exact_match", "act/kl"]
+                .iter()
+                .filter_map(|key| {
+                    metrics
+                        .get(*key)
+                        .map(|v| format!("{}={v:.4}", key.rsplit('/').next().unwrap_or(key)))
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            bar.set_message(format!(
+                "{headline}  {tokens_per_sec:.0} tok/s  eta {:.0}s",
+                eta_secs
+            ));
+        }
+        Event::Log { level, message } => bar.println(format!("[{level}] {message}")),
+        Event::Checkpoint { step, path } => {
+            bar.println(format!("checkpoint at step {step}: {path}"))
+        }
+        Event::Paused => bar.println("paused"),
+        Event::Resumed => bar.println("resumed"),
+        Event::Finished { status, message } => {
+            if let Some(message) = message {
+                bar.println(format!("{status}: {message}"));
+            }
+            return true;
+        }
+    }
+    false
+}
+
+fn print_latest(store_path: &Path, run: RunId) -> Result<()> {
+    let store = Store::open(store_path)?;
+    let latest = store.view().latest_metrics(run)?;
+    for row in latest
+        .iter()
+        .filter(|m| !m.key.contains("/fidelity/") && m.key.matches('/').count() <= 1)
+    {
+        println!("{:<34} {:>12.6}  (step {})", row.key, row.value, row.step);
+    }
+    Ok(())
+}

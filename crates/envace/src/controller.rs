@@ -1,0 +1,358 @@
+//! The training controller: runs a job (SFT then role-wise GRPO) on a worker thread, takes
+//! start / pause / resume / stop commands, and reports progress as events on a channel, for
+//! the CLI, the studio and the monitor alike.
+//!
+//! Stopping finishes the current step, writes a checkpoint and marks the run `stopped`;
+//! [`Controller::start`] with `resume: Some(run)` continues it from its latest checkpoint.
+//! Pausing blocks the worker between steps (the run is marked `paused`) until resume or stop.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::thread::JoinHandle;
+
+use serde::Serialize;
+
+use crate::config::{ExperimentConfig, TaskSplit};
+use crate::error::{Error, Result};
+use crate::rl::session::{Phase, Session, load_sources, task_pool};
+use crate::rl::{grpo, sft};
+use crate::store::{RunId, RunStatus, RunWriter, Store};
+
+/// What the worker reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The job's run exists in the store.
+    Started {
+        /// The run.
+        run: i64,
+        /// Whether it continues from a checkpoint.
+        resumed: bool,
+    },
+    /// A phase begins.
+    Phase {
+        /// `sft` or `rl`.
+        phase: String,
+        /// First step of the phase (over the whole job).
+        first_step: u32,
+        /// Steps in the phase.
+        n_steps: u32,
+    },
+    /// A step finished.
+    Step {
+        /// `sft` or `rl`.
+        phase: String,
+        /// The step (over the whole job).
+        step: u32,
+        /// Total steps of the job.
+        total_steps: u32,
+        /// The step's metrics.
+        metrics: BTreeMap<String, f64>,
+        /// Trained tokens per second in this step.
+        tokens_per_sec: f64,
+        /// Estimated seconds to the end of the job.
+        eta_secs: f64,
+    },
+    /// A log line.
+    Log {
+        /// `info`, `warn` or `error`.
+        level: String,
+        /// The line.
+        message: String,
+    },
+    /// A checkpoint was written.
+    Checkpoint {
+        /// Last completed step.
+        step: u32,
+        /// Its folder.
+        path: String,
+    },
+    /// The worker is paused.
+    Paused,
+    /// The worker resumed.
+    Resumed,
+    /// The job ended.
+    Finished {
+        /// `finished`, `stopped` or `failed`.
+        status: String,
+        /// For failures, the error.
+        message: Option<String>,
+    },
+}
+
+/// A command to the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Pause between steps.
+    Pause,
+    /// Continue after a pause.
+    Resume,
+    /// Checkpoint and end.
+    Stop,
+}
+
+/// What a training loop should do after polling for commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on with the next step.
+    Continue,
+    /// Checkpoint and return.
+    Stop,
+}
+
+/// The training loops' link to the controller: commands in, events out.
+pub trait Hooks {
+    /// Handles waiting commands (blocking while paused); says whether to go on.
+    fn poll(&mut self) -> Flow;
+    /// Reports an event.
+    fn emit(&mut self, event: Event);
+}
+
+/// Hooks for running a loop without a controller (tests, tools): never stops, drops events.
+#[derive(Debug, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {
+    fn poll(&mut self) -> Flow {
+        Flow::Continue
+    }
+    fn emit(&mut self, _event: Event) {}
+}
+
+struct ChannelHooks {
+    commands: Receiver<Command>,
+    events: Sender<Event>,
+    store_path: PathBuf,
+    run: RunId,
+}
+
+impl ChannelHooks {
+    fn set_status(&self, status: RunStatus) {
+        if let Ok(store) = Store::open(&self.store_path) {
+            let _ = store.set_run_status(self.run, status);
+        }
+    }
+}
+
+impl Hooks for ChannelHooks {
+    fn poll(&mut self) -> Flow {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Stop) => return Flow::Stop,
+                Ok(Command::Resume) => {}
+                Ok(Command::Pause) => {
+                    self.set_status(RunStatus::Paused);
+                    self.emit(Event::Paused);
+                    loop {
+                        match self.commands.recv() {
+                            Ok(Command::Resume) => break,
+                            Ok(Command::Stop) | Err(_) => return Flow::Stop,
+                            Ok(Command::Pause) => {}
+                        }
+                    }
+                    self.set_status(RunStatus::Running);
+                    self.emit(Event::Resumed);
+                }
+                Err(TryRecvError::Empty) => return Flow::Continue,
+                // The controller is gone: nobody can stop us, so finish the job.
+                Err(TryRecvError::Disconnected) => return Flow::Continue,
+            }
+        }
+    }
+
+    fn emit(&mut self, event: Event) {
+        let _ = self.events.send(event);
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// The experiment.
+    pub config: ExperimentConfig,
+    /// Its TOML text, stored with the run.
+    pub config_toml: String,
+    /// The run store file.
+    pub store_path: PathBuf,
+    /// Continue this run from its latest checkpoint instead of creating one.
+    pub resume: Option<RunId>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Every step ran.
+    Finished,
+    /// Stopped on request, after a checkpoint.
+    Stopped,
+}
+
+/// A running job.
+#[derive(Debug)]
+pub struct Controller {
+    run: RunId,
+    commands: Sender<Command>,
+    events: Receiver<Event>,
+    worker: Option<JoinHandle<Result<JobOutcome>>>,
+}
+
+impl Controller {
+    /// Creates (or reopens) the run and starts the job on a worker thread.
+    pub fn start(spec: JobSpec) -> Result<Controller> {
+        let store = Store::open(&spec.store_path)?;
+        let run = match spec.resume {
+            Some(run) => {
+                store.view().checkpoints(run)?;
+                run
+            }
+            None => store.create_run(&spec.config.run.name, &spec.config_toml)?,
+        };
+        store.set_run_status(run, RunStatus::Running)?;
+        drop(store);
+        let (command_tx, command_rx) = mpsc::channel();
+        let (event_tx, event_rx) = mpsc::channel();
+        let hooks = ChannelHooks {
+            commands: command_rx,
+            events: event_tx,
+            store_path: spec.store_path.clone(),
+            run,
+        };
+        let worker = std::thread::Builder::new()
+            .name(format!("envace-train-{}", run.0))
+            .spawn(move || run_job(spec, run, hooks))
+            .map_err(|e| Error::Data {
+                source_name: "training controller".to_owned(),
+                message: format!("could not start the worker thread: {e}"),
+            })?;
+        Ok(Controller {
+            run,
+            commands: command_tx,
+            events: event_rx,
+            worker: Some(worker),
+        })
+    }
+
+    /// The run being trained.
+    pub fn run(&self) -> RunId {
+        self.run
+    }
+
+    /// The event stream.
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Pauses between steps.
+    pub fn pause(&self) {
+        let _ = self.commands.send(Command::Pause);
+    }
+
+    /// Resumes after a pause.
+    pub fn resume(&self) {
+        let _ = self.commands.send(Command::Resume);
+    }
+
+    /// Asks the job to checkpoint and stop after the current step.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Stop);
+    }
+
+    /// A sender of commands, for another thread (e.g. a Ctrl-C handler).
+    pub fn commands(&self) -> Sender<Command> {
+        self.commands.clone()
+    }
+
+    /// Waits for the job to end.
+    pub fn wait(mut self) -> Result<JobOutcome> {
+        match self.worker.take() {
+            Some(worker) => worker.join().unwrap_or_else(|_| {
+                Err(Error::Data {
+                    source_name: "training worker".to_owned(),
+                    message: "panicked".to_owned(),
+                })
+            }),
+            None => Ok(JobOutcome::Finished),
+        }
+    }
+}
+
+fn run_job(spec: JobSpec, run: RunId, mut hooks: ChannelHooks) -> Result<JobOutcome> {
+    hooks.emit(Event::Started {
+        run: run.0,
+        resumed: spec.resume.is_some(),
+    });
+    let result = train(&spec, run, &mut hooks);
+    let (status, message) = match &result {
+        Ok(JobOutcome::Finished) => (RunStatus::Finished, None),
+        Ok(JobOutcome::Stopped) => (RunStatus::Stopped, None),
+        Err(e) => (RunStatus::Failed, Some(e.to_string())),
+    };
+    if let Some(message) = &message
+        && let Ok(store) = Store::open(&spec.store_path)
+    {
+        let mut writer = RunWriter::new(store, run, 1);
+        let _ = writer.event("error", None, message);
+    }
+    hooks.set_status(status);
+    hooks.emit(Event::Finished {
+        status: status.as_str().to_owned(),
+        message,
+    });
+    result
+}
+
+/// Runs (or continues) a whole job with the given hooks: SFT when enabled, then RL.
+pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOutcome> {
+    let config = spec.config.clone();
+    let store = Store::open(&spec.store_path)?;
+    let writer = RunWriter::new(store, run, 256);
+    hooks.emit(Event::Log {
+        level: "info".to_owned(),
+        message: "loading data and building the task pools".to_owned(),
+    });
+    let sources = load_sources(&config)?;
+    let sft_tasks = task_pool(
+        &config,
+        &sources,
+        config.env.task_split,
+        config.sft.n_tasks as usize,
+        config.run.seed,
+    )?;
+    let mut session = match spec.resume {
+        Some(run) => Session::resume(config.clone(), run, writer, sources)?,
+        None => Session::create(config.clone(), run, writer, &sft_tasks, sources)?,
+    };
+    hooks.emit(Event::Log {
+        level: "info".to_owned(),
+        message: format!(
+            "model: {} parameters; resuming at step {}",
+            session.policy.n_params(),
+            session.next_step
+        ),
+    });
+    if session.phase == Phase::Sft && sft::train(&mut session, &sft_tasks, hooks)? == Flow::Stop {
+        return Ok(JobOutcome::Stopped);
+    }
+    if session.phase == Phase::Rl {
+        let rl_tasks = task_pool(
+            &config,
+            &session.sources,
+            config.env.task_split,
+            (config.rl.batch_size as usize * 16).max(64),
+            config.run.seed.wrapping_add(1),
+        )?;
+        let test_tasks = task_pool(
+            &config,
+            &session.sources,
+            TaskSplit::Test,
+            config.eval.max_tasks.unwrap_or(100) as usize,
+            config.run.seed.wrapping_add(2),
+        )?;
+        if grpo::train(&mut session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
+            return Ok(JobOutcome::Stopped);
+        }
+    }
+    session.writer.flush()?;
+    Ok(JobOutcome::Finished)
+}

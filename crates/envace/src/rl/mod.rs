@@ -1,0 +1,386 @@
+//! Training of the policy from labelled samples: the pieces SFT ([`sft`]) and role-wise GRPO
+//! ([`grpo`]) share — padded batches with per-token loss weights read from the labels,
+//! per-token log-probabilities through the differentiable forward, AdamW with a checkpointable
+//! state, global-norm gradient clipping and the warm-up + cosine schedule.
+
+pub mod grpo;
+pub mod session;
+pub mod sft;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::backprop::GradStore;
+use candle_core::{D, DType, Device, Tensor, Var};
+
+use crate::config::{LrSchedule, Role};
+use crate::error::{Error, Result};
+use crate::model::Policy;
+use crate::rollout::{Label, Sample};
+
+/// One training sequence: tokens with labels, the roles whose sampled tokens are trained, and
+/// a per-sequence advantage (1 for SFT).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainItem {
+    /// The role of the sequence.
+    pub role: Role,
+    /// Token ids.
+    pub tokens: Vec<u32>,
+    /// One label per token.
+    pub labels: Vec<Label>,
+    /// The advantage every trained token of the sequence gets.
+    pub advantage: f32,
+}
+
+impl TrainItem {
+    /// The item of a rollout sample.
+    pub fn from_sample(sample: &Sample, advantage: f32) -> Self {
+        TrainItem {
+            role: sample.role,
+            tokens: sample.tokens.clone(),
+            labels: sample.labels.clone(),
+            advantage,
+        }
+    }
+
+    /// The last `max_len` tokens (left truncation), as the model is trained on them.
+    pub fn window(&self, max_len: usize) -> (&[u32], &[Label]) {
+        let start = self.tokens.len().saturating_sub(max_len);
+        (&self.tokens[start..], &self.labels[start..])
+    }
+
+    /// Number of trained (sampled) tokens within `max_len`.
+    pub fn n_trained(&self, max_len: usize, roles: &[Role]) -> usize {
+        if !roles.contains(&self.role) {
+            return 0;
+        }
+        let (_, labels) = self.window(max_len);
+        labels.iter().skip(1).filter(|l| l.is_sampled()).count()
+    }
+}
+
+/// A right-padded batch: inputs `(b, l)`, next-token targets `(b, l)`, attention mask
+/// `(b, l)`, loss weight `(b, l)` (1 on trained target tokens) and advantages `(b, l)`.
+#[derive(Debug)]
+pub struct PaddedBatch {
+    /// Input ids.
+    pub input: Tensor,
+    /// The token each position predicts.
+    pub targets: Tensor,
+    /// 1 for real tokens, 0 for padding.
+    pub attention: Tensor,
+    /// 1 where the target token is trained.
+    pub weight: Tensor,
+    /// The advantage at each position.
+    pub advantage: Tensor,
+    /// Trained tokens in the batch.
+    pub n_trained: usize,
+}
+
+/// Builds the padded batch of `items`: a position is trained when its target token is
+/// sampled (`Act` or `Rehearse`) and the item's role is in `roles`.
+pub fn pad_batch(
+    items: &[&TrainItem],
+    max_len: usize,
+    roles: &[Role],
+    device: &Device,
+) -> Result<PaddedBatch> {
+    let context = "training batch";
+    let fail = |e: candle_core::Error| Error::candle(context, e);
+    let width = items
+        .iter()
+        .map(|item| item.window(max_len).0.len().saturating_sub(1))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let b = items.len();
+    let mut input = vec![0u32; b * width];
+    let mut targets = vec![0u32; b * width];
+    let mut attention = vec![0u8; b * width];
+    let mut weight = vec![0f32; b * width];
+    let mut advantage = vec![0f32; b * width];
+    let mut n_trained = 0;
+    for (row, item) in items.iter().enumerate() {
+        let (tokens, labels) = item.window(max_len);
+        let trained_role = roles.contains(&item.role);
+        for pos in 0..tokens.len().saturating_sub(1) {
+            let at = row * width + pos;
+            input[at] = tokens[pos];
+            targets[at] = tokens[pos + 1];
+            attention[at] = 1;
+            if trained_role && labels[pos + 1].is_sampled() {
+                weight[at] = 1.0;
+                n_trained += 1;
+            }
+            advantage[at] = item.advantage;
+        }
+    }
+    Ok(PaddedBatch {
+        input: Tensor::from_vec(input, (b, width), device).map_err(fail)?,
+        targets: Tensor::from_vec(targets, (b, width), device).map_err(fail)?,
+        attention: Tensor::from_vec(attention, (b, width), device).map_err(fail)?,
+        weight: Tensor::from_vec(weight, (b, width), device).map_err(fail)?,
+        advantage: Tensor::from_vec(advantage, (b, width), device).map_err(fail)?,
+        n_trained,
+    })
+}
+
+/// Log-probability `(b, l)` of each target token, and the log-softmax `(b, l, vocab)` it was
+/// read from, through the differentiable forward.
+pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, Tensor)> {
+    let logits = policy.forward_train(&batch.input, Some(&batch.attention))?;
+    let run = || -> candle_core::Result<(Tensor, Tensor)> {
+        let logits = logits.to_dtype(DType::F32)?;
+        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let picked = logp.gather(&batch.targets.unsqueeze(2)?, 2)?.squeeze(2)?;
+        Ok((picked, logp))
+    };
+    run().map_err(|e| Error::candle("token log-probabilities", e))
+}
+
+/// Mean entropy of the next-token distributions at trained positions (no gradient).
+pub fn mean_entropy(logp: &Tensor, weight: &Tensor) -> Result<f64> {
+    let run = || -> candle_core::Result<f64> {
+        let logp = logp.detach();
+        let entropy = (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?;
+        let total = (entropy * weight)?.sum_all()?.to_scalar::<f32>()?;
+        let n = weight.sum_all()?.to_scalar::<f32>()?;
+        Ok(if n > 0.0 { f64::from(total / n) } else { 0.0 })
+    };
+    run().map_err(|e| Error::candle("entropy", e))
+}
+
+/// The learning rate at `step` (0-based): linear warm-up over `warmup_steps` to `lr`, then
+/// constant or cosine decay to `lr × min_lr_ratio` at `n_steps`.
+pub fn learning_rate(
+    lr: f64,
+    schedule: LrSchedule,
+    warmup_steps: u32,
+    min_lr_ratio: f64,
+    step: u32,
+    n_steps: u32,
+) -> f64 {
+    if step < warmup_steps {
+        return lr * f64::from(step + 1) / f64::from(warmup_steps);
+    }
+    match schedule {
+        LrSchedule::Constant => lr,
+        LrSchedule::Cosine => {
+            let span = n_steps.saturating_sub(warmup_steps).max(1);
+            let progress = (f64::from(step - warmup_steps) / f64::from(span)).min(1.0);
+            let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+            lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine)
+        }
+    }
+}
+
+/// AdamW with decoupled weight decay, whose moments save and load with a checkpoint.
+#[derive(Debug)]
+pub struct AdamW {
+    vars: Vec<(String, Var)>,
+    first: Vec<Tensor>,
+    second: Vec<Tensor>,
+    n_updates: u64,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    weight_decay: f64,
+}
+
+impl AdamW {
+    /// An optimizer over the policy's trainable parameters, moments at zero.
+    pub fn new(policy: &Policy, weight_decay: f64) -> Result<Self> {
+        let vars: Vec<(String, Var)> = policy
+            .vars()
+            .iter()
+            .map(|(name, var)| (name.clone(), var.clone()))
+            .collect();
+        let zeros = |v: &Var| v.as_tensor().zeros_like();
+        let first = vars
+            .iter()
+            .map(|(_, v)| zeros(v))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(|e| Error::candle("optimizer", e))?;
+        let second = first.clone();
+        Ok(AdamW {
+            vars,
+            first,
+            second,
+            n_updates: 0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay,
+        })
+    }
+
+    /// Updates taken so far.
+    pub fn n_updates(&self) -> u64 {
+        self.n_updates
+    }
+
+    /// Clips the gradients to global norm `max_norm` (scaled by `grad_scale` first) and takes
+    /// one step at `lr`. Returns the global gradient norm before clipping.
+    pub fn step(
+        &mut self,
+        grads: &GradStore,
+        lr: f64,
+        max_norm: f64,
+        grad_scale: f64,
+    ) -> Result<f64> {
+        let fail = |e: candle_core::Error| Error::candle("optimizer step", e);
+        let mut squares = 0f64;
+        let mut scaled = Vec::with_capacity(self.vars.len());
+        for (_, var) in &self.vars {
+            match grads.get(var.as_tensor()) {
+                Some(g) => {
+                    let g = (g.to_dtype(DType::F32).map_err(fail)? * grad_scale).map_err(fail)?;
+                    squares += f64::from(
+                        g.sqr()
+                            .map_err(fail)?
+                            .sum_all()
+                            .map_err(fail)?
+                            .to_scalar::<f32>()
+                            .map_err(fail)?,
+                    );
+                    scaled.push(Some(g));
+                }
+                None => scaled.push(None),
+            }
+        }
+        let norm = squares.sqrt();
+        let clip = if max_norm > 0.0 && norm > max_norm {
+            max_norm / (norm + 1e-6)
+        } else {
+            1.0
+        };
+        self.n_updates += 1;
+        let t = self.n_updates as i32;
+        let correction1 = 1.0 - self.beta1.powi(t);
+        let correction2 = 1.0 - self.beta2.powi(t);
+        for (idx, (_, var)) in self.vars.iter().enumerate() {
+            let Some(g) = &scaled[idx] else { continue };
+            let dtype = var.dtype();
+            let g = (g * clip).map_err(fail)?;
+            let m = ((&self.first[idx] * self.beta1).map_err(fail)?
+                + (&g * (1.0 - self.beta1)).map_err(fail)?)
+            .map_err(fail)?;
+            let v = ((&self.second[idx] * self.beta2).map_err(fail)?
+                + (g.sqr().map_err(fail)? * (1.0 - self.beta2)).map_err(fail)?)
+            .map_err(fail)?;
+            let m_hat = (&m / correction1).map_err(fail)?;
+            let v_hat = (&v / correction2).map_err(fail)?;
+            let update =
+                (m_hat / (v_hat.sqrt().map_err(fail)? + self.eps).map_err(fail)?).map_err(fail)?;
+            let theta = var.as_tensor().to_dtype(DType::F32).map_err(fail)?;
+            let decayed = (&theta * (1.0 - lr * self.weight_decay)).map_err(fail)?;
+            let next = (decayed - (update * lr).map_err(fail)?).map_err(fail)?;
+            var.set(&next.to_dtype(dtype).map_err(fail)?)
+                .map_err(fail)?;
+            self.first[idx] = m;
+            self.second[idx] = v;
+        }
+        Ok(norm)
+    }
+
+    /// Saves the moments and the update count to `path` (safetensors).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut tensors: BTreeMap<String, Tensor> = BTreeMap::new();
+        for (idx, (name, _)) in self.vars.iter().enumerate() {
+            tensors.insert(format!("m.{name}"), self.first[idx].clone());
+            tensors.insert(format!("v.{name}"), self.second[idx].clone());
+        }
+        let count = Tensor::new(&[self.n_updates as f64], &Device::Cpu)
+            .map_err(|e| Error::candle("optimizer state", e))?;
+        tensors.insert("n_updates".to_owned(), count);
+        candle_core::safetensors::save(&tensors.into_iter().collect(), path)
+            .map_err(|e| Error::candle(format!("saving {}", path.display()), e))
+    }
+
+    /// Loads moments saved by [`AdamW::save`] for the same parameters.
+    pub fn load(&mut self, path: &Path) -> Result<()> {
+        let device = self
+            .vars
+            .first()
+            .map_or(Device::Cpu, |(_, v)| v.device().clone());
+        let context = format!("loading optimizer state {}", path.display());
+        let tensors = candle_core::safetensors::load(path, &device)
+            .map_err(|e| Error::candle(&context, e))?;
+        let get = |key: &str| {
+            tensors.get(key).cloned().ok_or_else(|| Error::Weights {
+                path: path.to_path_buf(),
+                message: format!("has no tensor {key}"),
+            })
+        };
+        for (idx, (name, _)) in self.vars.iter().enumerate() {
+            self.first[idx] = get(&format!("m.{name}"))?;
+            self.second[idx] = get(&format!("v.{name}"))?;
+        }
+        let count = get("n_updates")?
+            .to_vec1::<f64>()
+            .map_err(|e| Error::candle(&context, e))?;
+        self.n_updates = count.first().copied().unwrap_or(0.0) as u64;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_then_decays() {
+        let lr = |step| learning_rate(1.0, LrSchedule::Cosine, 4, 0.1, step, 14);
+        assert_eq!(lr(0), 0.25);
+        assert_eq!(lr(3), 1.0);
+        assert_eq!(lr(4), 1.0);
+        assert!((lr(9) - 0.55).abs() < 1e-12);
+        assert!((lr(14) - 0.1).abs() < 1e-12);
+        assert_eq!(
+            learning_rate(2.0, LrSchedule::Constant, 0, 0.0, 50, 10),
+            2.0
+        );
+    }
+
+    #[test]
+    fn batches_weight_only_sampled_targets_of_trained_roles() {
+        let item = TrainItem {
+            role: Role::Act,
+            tokens: vec![1, 2, 3, 4, 5, 6],
+            labels: vec![
+                Label::Prompt,
+                Label::Prompt,
+                Label::Act,
+                Label::Injected,
+                Label::Act,
+                Label::Act,
+            ],
+            advantage: 0.5,
+        };
+        let rehearse = TrainItem {
+            role: Role::Rehearse,
+            tokens: vec![7, 8, 9],
+            labels: vec![Label::Prompt, Label::Rehearse, Label::Rehearse],
+            advantage: -1.0,
+        };
+        let batch = pad_batch(
+            &[&item, &rehearse],
+            100,
+            &[Role::Act, Role::Rehearse],
+            &Device::Cpu,
+        )
+        .expect("batch");
+        let weight = batch.weight.to_vec2::<f32>().expect("weights");
+        assert_eq!(weight[0], [0.0, 1.0, 0.0, 1.0, 1.0]);
+        assert_eq!(weight[1], [1.0, 1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(batch.n_trained, 5);
+        let attention = batch.attention.to_vec2::<u8>().expect("mask");
+        assert_eq!(attention[1], [1, 1, 0, 0, 0]);
+        let frozen_act =
+            pad_batch(&[&item, &rehearse], 100, &[Role::Rehearse], &Device::Cpu).expect("batch");
+        assert_eq!(frozen_act.n_trained, 2);
+        let truncated = pad_batch(&[&item], 3, &[Role::Act], &Device::Cpu).expect("batch");
+        // The window is tokens 4, 5, 6: targets 5 and 6 are both Act.
+        assert_eq!(truncated.weight.to_vec2::<f32>().expect("w")[0], [1.0, 1.0]);
+    }
+}

@@ -1,0 +1,454 @@
+//! The state of one training job: the run in the store, the model and tokenizer, the task
+//! pools, the judge, the optimizer, the rehearsal response cache and where the job is
+//! (phase and step), with atomic checkpoints that a resumed job continues from exactly.
+//!
+//! # Steps and checkpoints
+//!
+//! Steps are counted over the whole job: SFT steps `0..sft.n_steps`, then RL steps, so every
+//! metric, trajectory and checkpoint of a run sits on one step axis. A checkpoint is a folder
+//! `<store dir>/checkpoints/run-<id>/step-<N>/` holding the model (`config.json`,
+//! `model.safetensors`), `tokenizer.json`, `optimizer.safetensors` and `state.json` (phase,
+//! next step, response cache); it is written under a temporary name and renamed into place,
+//! then recorded in the store. Every random draw of a step (task choice, sampling, mixed-mode
+//! draws) is derived from the run seed and the step number, so the job needs no saved RNG
+//! stream to continue exactly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::chat::ChatTemplate;
+use crate::config::{Domain, ExperimentConfig, ModelSource, TaskSplit};
+use crate::env::tau2::{DomainKind, Tau2Domain};
+use crate::error::{Error, Result};
+use crate::judge::{EpisodeJudge, RuleJudge};
+use crate::model::{self, Gguf, Policy, TransformerConfig};
+use crate::rehearse::{Example, ResponseCache, SYSTEM_PROMPT, execution_result_block};
+use crate::rollout::TokenCodec;
+use crate::store::{CheckpointRow, RunId, RunWriter, now_secs};
+use crate::tasks::{self, GenConfig, GenSources, GenTask};
+use crate::tokenize;
+
+use super::AdamW;
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Supervised warm start.
+    Sft,
+    /// Role-wise GRPO.
+    Rl,
+    /// Everything ran.
+    Done,
+}
+
+/// What `state.json` of a checkpoint holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedState {
+    phase: Phase,
+    next_step: u32,
+    cache: Vec<(String, Vec<Example>)>,
+}
+
+/// Everything a training job works with.
+pub struct Session {
+    /// The experiment.
+    pub config: ExperimentConfig,
+    /// The run in the store.
+    pub run: RunId,
+    /// Buffered writes to the run store.
+    pub writer: RunWriter,
+    /// Tokenizer, chat template and stop token.
+    pub codec: TokenCodec,
+    /// The policy being trained.
+    pub policy: Policy,
+    /// The frozen KL reference (RL only).
+    pub reference: Option<Policy>,
+    /// The optimizer of the current phase.
+    pub optimizer: Option<AdamW>,
+    /// Loaded τ²-bench data.
+    pub sources: GenSources,
+    /// Decides episode scores.
+    pub judge: Box<dyn EpisodeJudge + Send>,
+    /// Real responses for few-shot rehearse prompts.
+    pub cache: ResponseCache,
+    /// The phase the next step belongs to.
+    pub phase: Phase,
+    /// The next step to run (over the whole job).
+    pub next_step: u32,
+    /// `<store dir>/checkpoints/run-<id>`.
+    pub run_dir: PathBuf,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("run", &self.run)
+            .field("phase", &self.phase)
+            .field("next_step", &self.next_step)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The τ²-bench folder: `[env].data_dir`, else `$ENVACE_TAU2_DIR`, else the
+/// `shared/benchmarks/tau2-bench` folder beside the source tree.
+pub fn tau2_dir(config: &ExperimentConfig) -> PathBuf {
+    if let Some(dir) = &config.env.data_dir {
+        return dir.clone();
+    }
+    if let Some(dir) = std::env::var_os("ENVACE_TAU2_DIR") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/benchmarks/tau2-bench")
+}
+
+/// Loads the τ²-bench domains the experiment's `[env].domains` need.
+pub fn load_sources(config: &ExperimentConfig) -> Result<GenSources> {
+    let dir = tau2_dir(config);
+    let load = |kind: DomainKind, name: &str| -> Result<Arc<Tau2Domain>> {
+        let path = dir.join(name);
+        if !path.join("db.json").is_file() {
+            return Err(Error::MissingAsset {
+                what: format!(
+                    "the τ²-bench {name} data needed by [env].domains (set [env].data_dir or $ENVACE_TAU2_DIR to the folder holding retail/ and airline/)"
+                ),
+                path: path.join("db.json"),
+            });
+        }
+        Tau2Domain::load(kind, &path)
+    };
+    Ok(GenSources {
+        retail: if config.env.domains.contains(&Domain::Retail) {
+            Some(load(DomainKind::Retail, "retail")?)
+        } else {
+            None
+        },
+        airline: if config.env.domains.contains(&Domain::Airline) {
+            Some(load(DomainKind::Airline, "airline")?)
+        } else {
+            None
+        },
+    })
+}
+
+/// `n_tasks` generated tasks of `split`, spread over the experiment's domains in turn.
+pub fn task_pool(
+    config: &ExperimentConfig,
+    sources: &GenSources,
+    split: TaskSplit,
+    n_tasks: usize,
+    seed: u64,
+) -> Result<Vec<Arc<GenTask>>> {
+    let domains = &config.env.domains;
+    let n_domains = domains.len().max(1);
+    let mut per_domain = Vec::new();
+    for (idx, &domain) in domains.iter().enumerate() {
+        let n = n_tasks / n_domains + usize::from(idx < n_tasks % n_domains);
+        let generated = tasks::generate(
+            domain,
+            sources,
+            &GenConfig {
+                seed,
+                split,
+                difficulty: config.env.difficulty,
+                n_tasks: n,
+            },
+        )?;
+        per_domain.push(generated.into_iter().map(Arc::new).collect::<Vec<_>>());
+    }
+    let mut pool = Vec::with_capacity(n_tasks);
+    let longest = per_domain.iter().map(Vec::len).max().unwrap_or(0);
+    for idx in 0..longest {
+        for tasks in &per_domain {
+            if let Some(task) = tasks.get(idx) {
+                pool.push(task.clone());
+            }
+        }
+    }
+    Ok(pool)
+}
+
+/// The corpus a tiny model's tokenizer is trained on: the tasks' conversations, the tools'
+/// schemas, the rehearse instructions and real responses in the rehearse format.
+fn tokenizer_corpus(tasks: &[Arc<GenTask>], sources: &GenSources) -> Result<Vec<String>> {
+    let mut corpus = vec![SYSTEM_PROMPT.to_owned()];
+    let mut seen_domains = Vec::new();
+    for task in tasks {
+        if !seen_domains.contains(&task.domain) {
+            seen_domains.push(task.domain);
+            let env = tasks::fresh_env(task.domain, sources)?;
+            for schema in env.tool_schemas() {
+                corpus.push(crate::env::pyjson::dumps(&schema, false));
+            }
+        }
+        for message in &task.oracle {
+            corpus.push(message.content.clone());
+            if message.role == tasks::Role::Tool {
+                let value = serde_json::from_str(&message.content)
+                    .unwrap_or(serde_json::Value::String(message.content.clone()));
+                corpus.push(execution_result_block(
+                    &serde_json::json!({ "result": value }),
+                ));
+            }
+        }
+    }
+    Ok(corpus)
+}
+
+fn device_of(config: &ExperimentConfig) -> Result<Device> {
+    model::resolve_device(config.backend.device, config.backend.cuda_device_index)
+}
+
+/// The stop token every supported chat format ends a message with.
+const STOP_TOKEN: &str = "<|im_end|>";
+
+impl Session {
+    /// Sets up a new job: loads data and model (training a tiny model's tokenizer on the
+    /// task corpus), saves the tokenizer next to the checkpoints.
+    pub fn create(
+        config: ExperimentConfig,
+        run: RunId,
+        writer: RunWriter,
+        sft_tasks: &[Arc<GenTask>],
+        sources: GenSources,
+    ) -> Result<Self> {
+        let run_dir = run_dir(writer.store().path(), run);
+        std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
+        let device = device_of(&config)?;
+        let dtype = model::candle_dtype(config.backend.dtype);
+        let (policy, codec) = match config.model.source {
+            ModelSource::Tiny => {
+                let corpus = tokenizer_corpus(sft_tasks, &sources)?;
+                let tokenizer =
+                    tokenize::train_bpe(corpus.into_iter(), config.model.tiny.vocab_size as usize)?;
+                let cfg = TransformerConfig::from_tiny(&config.model.tiny)?;
+                let policy = Policy::init(cfg, config.run.seed, &device, dtype)?;
+                let codec = TokenCodec::new(tokenizer, ChatTemplate::chatml()?, &[STOP_TOKEN])?;
+                (policy, codec)
+            }
+            ModelSource::Hf => {
+                let dir = model_path(&config)?;
+                let policy = Policy::load(&dir, &device, dtype)?;
+                let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
+                let template =
+                    ChatTemplate::from_tokenizer_config(&dir.join("tokenizer_config.json"))?;
+                (policy, TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?)
+            }
+            ModelSource::Gguf => {
+                let gguf = Gguf::open(&model_path(&config)?)?;
+                let policy = gguf.load_policy(&device, dtype)?;
+                let template = ChatTemplate::from_gguf(&gguf)?;
+                (
+                    policy,
+                    TokenCodec::new(gguf.tokenizer()?, template, &[STOP_TOKEN])?,
+                )
+            }
+        };
+        tokenize::save(codec.tokenizer(), &run_dir.join(tokenize::TOKENIZER_FILE))?;
+        let cache = ResponseCache::new(8);
+        let phase = if config.sft.enabled {
+            Phase::Sft
+        } else {
+            Phase::Rl
+        };
+        Ok(Session {
+            judge: Box::new(RuleJudge::new(sources.clone())),
+            config,
+            run,
+            writer,
+            codec,
+            policy,
+            reference: None,
+            optimizer: None,
+            sources,
+            cache,
+            phase,
+            next_step: 0,
+            run_dir,
+        })
+    }
+
+    /// Reopens a job at its latest checkpoint (model, optimizer, tokenizer, cache, step).
+    pub fn resume(
+        config: ExperimentConfig,
+        run: RunId,
+        writer: RunWriter,
+        sources: GenSources,
+    ) -> Result<Self> {
+        let checkpoints = writer.store().view().checkpoints(run)?;
+        let Some(latest) = checkpoints.last() else {
+            return Err(Error::Data {
+                source_name: format!("run {}", run.0),
+                message: "has no checkpoint to resume from; start it again instead".to_owned(),
+            });
+        };
+        let dir = PathBuf::from(&latest.path);
+        let state_path = dir.join("state.json");
+        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+        let state: SavedState = serde_json::from_str(&text).map_err(|e| Error::Data {
+            source_name: state_path.display().to_string(),
+            message: format!("is not a checkpoint state: {e}"),
+        })?;
+        let device = device_of(&config)?;
+        let dtype = model::candle_dtype(config.backend.dtype);
+        let policy = Policy::load(&dir.join("model"), &device, dtype)?;
+        let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
+        let template = match config.model.source {
+            ModelSource::Tiny => ChatTemplate::chatml()?,
+            ModelSource::Hf => ChatTemplate::from_tokenizer_config(
+                &model_path(&config)?.join("tokenizer_config.json"),
+            )?,
+            ModelSource::Gguf => ChatTemplate::from_gguf(&Gguf::open(&model_path(&config)?)?)?,
+        };
+        let codec = TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?;
+        let mut cache = ResponseCache::new(8);
+        for (tool, examples) in state.cache.iter().rev() {
+            for example in examples.iter().rev() {
+                cache.record(tool, &example.arguments, &example.response);
+            }
+        }
+        let optimizer_path = dir.join("optimizer.safetensors");
+        let optimizer = if optimizer_path.is_file() {
+            let mut optimizer = AdamW::new(&policy, optimizer_weight_decay(&config, state.phase))?;
+            optimizer.load(&optimizer_path)?;
+            Some(optimizer)
+        } else {
+            None
+        };
+        let run_dir = run_dir(writer.store().path(), run);
+        let reference = if state.phase == Phase::Rl {
+            let reference_dir = run_dir.join("reference");
+            if reference_dir.is_dir() {
+                Some(Policy::load(&reference_dir, &device, dtype)?)
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        Ok(Session {
+            judge: Box::new(RuleJudge::new(sources.clone())),
+            config,
+            run,
+            writer,
+            codec,
+            policy,
+            reference,
+            optimizer,
+            sources,
+            cache,
+            phase: state.phase,
+            next_step: state.next_step,
+            run_dir,
+        })
+    }
+
+    /// Writes a checkpoint of the current state atomically and records it in the store.
+    /// `step` is the last completed step.
+    pub fn checkpoint(&mut self, step: u32) -> Result<PathBuf> {
+        let final_dir = self.run_dir.join(format!("step-{step}"));
+        let tmp_dir = self.run_dir.join(format!(".step-{step}.tmp"));
+        if tmp_dir.exists() {
+            std::fs::remove_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        }
+        std::fs::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
+        self.policy.save(&tmp_dir.join("model"))?;
+        tokenize::save(
+            self.codec.tokenizer(),
+            &tmp_dir.join(tokenize::TOKENIZER_FILE),
+        )?;
+        if let Some(optimizer) = &self.optimizer {
+            optimizer.save(&tmp_dir.join("optimizer.safetensors"))?;
+        }
+        let state = SavedState {
+            phase: self.phase,
+            next_step: self.next_step,
+            cache: self.cache_entries(),
+        };
+        let state_text = serde_json::to_string(&state).map_err(|e| Error::Data {
+            source_name: "checkpoint state".to_owned(),
+            message: e.to_string(),
+        })?;
+        crate::fsutil::write_atomically(&tmp_dir.join("state.json"), state_text.as_bytes())?;
+        if final_dir.exists() {
+            std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        }
+        std::fs::rename(&tmp_dir, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        let bytes = dir_bytes(&final_dir);
+        self.writer.flush()?;
+        let mut batch = crate::store::Batch::new(self.run);
+        batch.checkpoints.push(CheckpointRow {
+            step: u64::from(step),
+            path: final_dir.display().to_string(),
+            bytes,
+            wall_time: now_secs(),
+        });
+        self.writer.store_mut().write(&batch)?;
+        Ok(final_dir)
+    }
+
+    fn cache_entries(&self) -> Vec<(String, Vec<Example>)> {
+        self.cache.entries()
+    }
+
+    /// Saves the frozen reference policy once, at the start of RL.
+    pub fn save_reference(&self) -> Result<()> {
+        let Some(reference) = &self.reference else {
+            return Ok(());
+        };
+        let dir = self.run_dir.join("reference");
+        let tmp = self.run_dir.join(".reference.tmp");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        }
+        reference.save(&tmp)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        }
+        std::fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))
+    }
+}
+
+/// The weight decay of a phase's optimizer.
+pub fn optimizer_weight_decay(config: &ExperimentConfig, phase: Phase) -> f64 {
+    match phase {
+        Phase::Sft => 0.0,
+        Phase::Rl | Phase::Done => config.rl.weight_decay,
+    }
+}
+
+fn model_path(config: &ExperimentConfig) -> Result<PathBuf> {
+    config.model.path.clone().ok_or_else(|| Error::Data {
+        source_name: "[model].path".to_owned(),
+        message: "is required when [model].source is \"hf\" or \"gguf\"".to_owned(),
+    })
+}
+
+/// `<store dir>/checkpoints/run-<id>`.
+pub fn run_dir(store_path: &Path, run: RunId) -> PathBuf {
+    store_path
+        .parent()
+        .unwrap_or_else(|| Path::new("."))
+        .join("checkpoints")
+        .join(format!("run-{}", run.0))
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&next) {
+            for entry in entries.flatten() {
+                match entry.metadata() {
+                    Ok(meta) if meta.is_dir() => stack.push(entry.path()),
+                    Ok(meta) => total += meta.len(),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    total
+}

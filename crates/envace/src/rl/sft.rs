@@ -1,0 +1,302 @@
+//! SFT warm start on oracle trajectories: the Act role learns the oracle's assistant turns,
+//! the Rehearse role learns to write the real tool responses in the rehearse format.
+//!
+//! # Configuration (`[sft]`)
+//!
+//! `n_tasks` generated tasks (train split) give the data; `n_steps` AdamW steps at `lr`
+//! (linear warm-up over the first 5% of steps, then constant) on `batch_size` sequences per
+//! step drawn from a per-epoch shuffle seeded by the run seed, in micro-batches of
+//! `micro_batch_size`; `roles` says which roles' tokens are trained. The loss is the mean
+//! cross-entropy over the trained tokens of the step (token-mean).
+//!
+//! # Where the data comes from
+//!
+//! The samples are produced by the rollout engine itself, in rehearse mode, with the oracle
+//! acting ([`OracleActor`]) and the real environment rehearsing ([`RealRehearser`]): the
+//! sequences, labels, rehearse prompts and few-shot examples are exactly what RL will
+//! generate, and the response cache that RL's rehearse prompts start from is filled on the way.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::backprop::GradStore;
+
+use crate::config::{LrSchedule, Role};
+use crate::controller::{Event, Flow, Hooks};
+use crate::error::{Error, Result};
+use crate::rollout::{
+    EpisodeSpec, OracleActor, RealRehearser, ResponseMode, RoleRouter, RolloutSettings, run_batch,
+};
+use crate::tasks::{self, GenTask, Rng};
+
+use super::session::{Phase, Session, optimizer_weight_decay};
+use super::{AdamW, TrainItem, learning_rate, pad_batch, token_logprobs};
+
+/// Runs the oracle through the engine on every task and returns the labelled samples.
+pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec<TrainItem>> {
+    let mut settings = RolloutSettings::from_config(&session.config);
+    settings.mode = ResponseMode::Rehearse;
+    settings.max_turns = settings.max_turns.max(64);
+    settings.max_parallel_calls = settings.max_parallel_calls.max(16);
+    settings.max_prompt_tokens = usize::MAX / 4;
+    settings.max_response_tokens = usize::MAX / 4;
+    settings.fidelity = true;
+    let mut items = Vec::new();
+    for chunk in tasks.chunks(64) {
+        let specs = chunk
+            .iter()
+            .map(|task| {
+                Ok(EpisodeSpec {
+                    task: task.clone(),
+                    env: tasks::fresh_env(task.domain, &session.sources)?,
+                    group: task.id.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let envs = chunk
+            .iter()
+            .map(|task| tasks::fresh_env(task.domain, &session.sources))
+            .collect::<Result<Vec<_>>>()?;
+        let mut actor = OracleActor::new(chunk);
+        let mut rehearser = RealRehearser::new(envs);
+        let mut router = RoleRouter {
+            act: &mut actor,
+            rehearse: &mut rehearser,
+        };
+        let episodes = run_batch(
+            specs,
+            &settings,
+            &session.codec,
+            &mut router,
+            None,
+            session.judge.as_ref(),
+            &mut session.cache,
+        )?;
+        for episode in episodes {
+            for sample in &episode.samples {
+                items.push(TrainItem::from_sample(sample, 1.0));
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// The indices of step `step`'s batch: consecutive positions of a shuffle of all items that
+/// is redrawn every epoch from the run seed.
+fn batch_indices(seed: u64, step: u32, batch_size: usize, n_items: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(batch_size);
+    let mut cached_epoch = usize::MAX;
+    let mut order: Vec<usize> = Vec::new();
+    for slot in 0..batch_size {
+        let position = step as usize * batch_size + slot;
+        let epoch = position / n_items.max(1);
+        if epoch != cached_epoch {
+            order = (0..n_items).collect();
+            let mut rng = Rng::new(seed ^ (epoch as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
+            for i in (1..order.len()).rev() {
+                let j = rng.below(i + 1);
+                order.swap(i, j);
+            }
+            cached_epoch = epoch;
+        }
+        if let Some(&idx) = order.get(position % n_items.max(1)) {
+            out.push(idx);
+        }
+    }
+    out
+}
+
+/// Adds `grads` of the policy's parameters into `total`.
+pub(crate) fn accumulate(
+    total: &mut Option<GradStore>,
+    grads: GradStore,
+    session: &Session,
+) -> Result<()> {
+    match total {
+        None => *total = Some(grads),
+        Some(acc) => {
+            for var in session.policy.vars().values() {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    let sum = match acc.get(var.as_tensor()) {
+                        Some(prev) => {
+                            (prev + g).map_err(|e| Error::candle("gradient accumulation", e))?
+                        }
+                        None => g.clone(),
+                    };
+                    acc.insert(var.as_tensor(), sum);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the SFT phase from `session.next_step` to its end; returns [`Flow::Stop`] when
+/// stopped (after a checkpoint).
+pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hooks) -> Result<Flow> {
+    let sft = session.config.sft.clone();
+    let n_steps = sft.n_steps;
+    let total_steps = n_steps + session.config.rl.n_steps;
+    hooks.emit(Event::Log {
+        level: "info".to_owned(),
+        message: format!("SFT: building oracle samples from {} tasks", tasks.len()),
+    });
+    let items = oracle_items(session, tasks)?;
+    let roles: Vec<Role> = sft.roles.clone();
+    let max_len =
+        (session.config.rl.max_prompt_tokens + session.config.rl.max_response_tokens) as usize;
+    let n_trainable = items
+        .iter()
+        .filter(|i| i.n_trained(max_len, &roles) > 0)
+        .count();
+    if n_trainable == 0 {
+        return Err(Error::Data {
+            source_name: "[sft]".to_owned(),
+            message: "no oracle sample has a trained token (check sft.roles and the task domains)"
+                .to_owned(),
+        });
+    }
+    hooks.emit(Event::Phase {
+        phase: "sft".to_owned(),
+        first_step: 0,
+        n_steps,
+    });
+    if session.optimizer.is_none() {
+        session.optimizer = Some(AdamW::new(
+            &session.policy,
+            optimizer_weight_decay(&session.config, Phase::Sft),
+        )?);
+    }
+    let warmup = (n_steps / 20).max(1);
+    let started = Instant::now();
+    let first = session.next_step;
+    for step in session.next_step..n_steps {
+        if hooks.poll() == Flow::Stop {
+            let path = session.checkpoint(step.saturating_sub(1))?;
+            hooks.emit(Event::Checkpoint {
+                step: step.saturating_sub(1),
+                path: path.display().to_string(),
+            });
+            return Ok(Flow::Stop);
+        }
+        let step_started = Instant::now();
+        let picked = batch_indices(
+            session.config.run.seed,
+            step,
+            sft.batch_size as usize,
+            items.len(),
+        );
+        let batch_items: Vec<&TrainItem> = picked.iter().map(|&i| &items[i]).collect();
+        let total: usize = batch_items
+            .iter()
+            .map(|i| i.n_trained(max_len, &roles))
+            .sum();
+        let mut grads = None;
+        let mut loss_by_role: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
+        for micro in batch_items.chunks(sft.micro_batch_size.max(1) as usize) {
+            let batch = pad_batch(micro, max_len, &roles, session.policy.device())?;
+            if batch.n_trained == 0 {
+                continue;
+            }
+            let (logp, _) = token_logprobs(&session.policy, &batch)?;
+            let run = || -> candle_core::Result<(candle_core::Tensor, Vec<f32>, Vec<f32>)> {
+                let weighted = (&logp * &batch.weight)?;
+                let loss = (weighted.sum_all()?.neg()? / total.max(1) as f64)?;
+                let rows = weighted.sum(1)?.neg()?.to_vec1::<f32>()?;
+                let counts = batch.weight.sum(1)?.to_vec1::<f32>()?;
+                Ok((loss, rows, counts))
+            };
+            let (loss, rows, counts) = run().map_err(|e| Error::candle("SFT loss", e))?;
+            for ((item, row), count) in micro.iter().zip(rows).zip(counts) {
+                let name = match item.role {
+                    Role::Act => "act",
+                    Role::Rehearse => "rehearse",
+                };
+                let entry = loss_by_role.entry(name).or_default();
+                entry.0 += f64::from(row);
+                entry.1 += f64::from(count);
+            }
+            let step_grads = loss
+                .backward()
+                .map_err(|e| Error::candle("SFT backward", e))?;
+            accumulate(&mut grads, step_grads, session)?;
+        }
+        let lr = learning_rate(sft.lr, LrSchedule::Constant, warmup, 1.0, step, n_steps);
+        let grad_norm = match (grads, session.optimizer.as_mut()) {
+            (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, 1.0, 1.0)?,
+            _ => 0.0,
+        };
+        let secs = step_started.elapsed().as_secs_f64();
+        let mut metrics = BTreeMap::new();
+        let (sum, count) = loss_by_role
+            .values()
+            .fold((0.0, 0.0), |acc, (s, c)| (acc.0 + s, acc.1 + c));
+        metrics.insert("sft/loss".to_owned(), sum / count.max(1.0));
+        for (name, (s, c)) in &loss_by_role {
+            metrics.insert(format!("sft/loss_{name}"), s / c.max(1.0));
+        }
+        metrics.insert("sft/grad_norm".to_owned(), grad_norm);
+        metrics.insert("sft/lr".to_owned(), lr);
+        metrics.insert("perf/step_time_secs".to_owned(), secs);
+        let tokens_per_sec = total as f64 / secs.max(1e-9);
+        metrics.insert("perf/tokens_per_sec".to_owned(), tokens_per_sec);
+        for (key, value) in &metrics {
+            session.writer.metric(u64::from(step), key, *value)?;
+        }
+        session.next_step = step + 1;
+        let done = f64::from(step + 1 - first);
+        let eta = started.elapsed().as_secs_f64() / done * f64::from(total_steps - step - 1);
+        hooks.emit(Event::Step {
+            phase: "sft".to_owned(),
+            step,
+            total_steps,
+            metrics,
+            tokens_per_sec,
+            eta_secs: eta,
+        });
+        let interval = session.config.run.checkpoint_interval_steps.max(1);
+        if (step + 1).is_multiple_of(interval) && step + 1 < n_steps {
+            session.writer.flush()?;
+            let path = session.checkpoint(step)?;
+            hooks.emit(Event::Checkpoint {
+                step,
+                path: path.display().to_string(),
+            });
+        }
+    }
+    session.phase = Phase::Rl;
+    session.optimizer = None;
+    session.writer.flush()?;
+    if n_steps > 0 {
+        let path = session.checkpoint(n_steps - 1)?;
+        hooks.emit(Event::Checkpoint {
+            step: n_steps - 1,
+            path: path.display().to_string(),
+        });
+    }
+    Ok(Flow::Continue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_cover_each_epoch_once() {
+        let n_items = 10;
+        let mut seen: Vec<usize> = (0..5)
+            .flat_map(|step| batch_indices(3, step, 2, n_items))
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..10).collect::<Vec<_>>());
+        assert_eq!(
+            batch_indices(3, 7, 4, n_items),
+            batch_indices(3, 7, 4, n_items)
+        );
+        assert_ne!(
+            batch_indices(3, 0, 10, n_items),
+            batch_indices(4, 0, 10, n_items)
+        );
+    }
+}

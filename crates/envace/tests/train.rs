@@ -1,0 +1,287 @@
+//! Training tests: the KL of a model against itself is 0, an SFT step through the project's
+//! batches and AdamW lowers the loss, the optimizer state round-trips, and the same seed gives
+//! the same metrics for 5 steps of a whole job (SFT then GRPO) on CPU.
+#![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use envace::config::{self, ExperimentConfig, Role, TinyModelConfig};
+use envace::controller::{JobOutcome, JobSpec, NoHooks, train};
+use envace::model::{Policy, TransformerConfig};
+use envace::rl::grpo::micro_batch_loss;
+use envace::rl::{AdamW, TrainItem, pad_batch, token_logprobs};
+use envace::rollout::Label;
+use envace::store::Store;
+
+/// A small job: functions domain (no data files), 3 SFT steps and 2 GRPO steps.
+pub const TINY_JOB: &str = r#"
+[run]
+name = "tiny-job"
+seed = 7
+checkpoint_interval_steps = 2
+
+[model]
+source = "tiny"
+
+[model.tiny]
+hidden_size = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+intermediate_size = 64
+vocab_size = 500
+max_position_embeddings = 4096
+
+[env]
+domains = ["functions"]
+difficulty = 1
+max_turns = 2
+max_parallel_calls = 2
+tool_response_mode = "rehearse"
+
+[sft]
+enabled = true
+n_steps = 3
+n_tasks = 12
+lr = 1e-3
+batch_size = 4
+micro_batch_size = 2
+
+[rl]
+n_steps = 2
+batch_size = 2
+group_size = 2
+micro_batch_size = 2
+lr = 1e-4
+max_prompt_tokens = 1024
+max_response_tokens = 24
+
+[eval]
+interval_steps = 2
+max_tasks = 2
+"#;
+
+fn tiny_policy(seed: u64) -> Policy {
+    let tiny = TinyModelConfig {
+        hidden_size: 32,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        intermediate_size: 64,
+        vocab_size: 64,
+        max_position_embeddings: 512,
+        ..TinyModelConfig::default()
+    };
+    Policy::init(
+        TransformerConfig::from_tiny(&tiny).unwrap(),
+        seed,
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap()
+}
+
+fn items() -> Vec<TrainItem> {
+    let mut out = Vec::new();
+    for (row, role) in [(0u32, Role::Act), (1, Role::Rehearse), (2, Role::Act)] {
+        let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + row * 3) % 64).collect();
+        let labels: Vec<Label> = (0..20)
+            .map(|i| match (i, role) {
+                (0..=5, _) => Label::Prompt,
+                (6..=9, Role::Act) => Label::Act,
+                (10..=12, Role::Act) => Label::Injected,
+                (_, Role::Act) => Label::Act,
+                (_, Role::Rehearse) => Label::Rehearse,
+            })
+            .collect();
+        out.push(TrainItem {
+            role,
+            tokens,
+            labels,
+            advantage: [0.5, -1.0, 0.25][row as usize],
+        });
+    }
+    out
+}
+
+fn rl_config() -> config::RlConfig {
+    config::parse(TINY_JOB, "TINY_JOB").unwrap().rl
+}
+
+#[test]
+fn the_kl_of_a_model_against_itself_is_zero() {
+    let policy = tiny_policy(1);
+    let items = items();
+    let refs: Vec<&TrainItem> = items.iter().collect();
+    let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+    for kl_type in [config::KlType::K1, config::KlType::K2, config::KlType::K3] {
+        let mut rl = rl_config();
+        rl.kl_type = kl_type;
+        rl.kl_coef = 1.0;
+        let (_, sums) = micro_batch_loss(&policy, &policy, &batch, &rl, batch.n_trained).unwrap();
+        assert!(sums.iter().all(|s| s.kl == 0.0), "{kl_type:?}: {sums:?}");
+        assert!(sums.iter().all(|s| s.clipped == 0.0));
+    }
+    // Against a different model the k3 KL is positive.
+    let other = tiny_policy(2);
+    let mut rl = rl_config();
+    rl.kl_coef = 1.0;
+    let (_, sums) = micro_batch_loss(&policy, &other, &batch, &rl, batch.n_trained).unwrap();
+    assert!(sums.iter().all(|s| s.kl > 0.0), "{sums:?}");
+}
+
+#[test]
+fn the_policy_gradient_loss_reads_only_trained_tokens() {
+    // With a zero KL coefficient and ratio 1, the loss is −Σ A·w / N: check it by hand.
+    let policy = tiny_policy(3);
+    let items = items();
+    let refs: Vec<&TrainItem> = items.iter().collect();
+    let mut rl = rl_config();
+    rl.kl_coef = 0.0;
+    for roles in [
+        vec![Role::Act, Role::Rehearse],
+        vec![Role::Rehearse],
+        vec![Role::Act],
+    ] {
+        let batch = pad_batch(&refs, 64, &roles, &Device::Cpu).unwrap();
+        let (loss, sums) =
+            micro_batch_loss(&policy, &policy, &batch, &rl, batch.n_trained).unwrap();
+        let expected: f64 = items
+            .iter()
+            .map(|item| -f64::from(item.advantage) * item.n_trained(64, &roles) as f64)
+            .sum::<f64>()
+            / batch.n_trained as f64;
+        let got = f64::from(loss.to_scalar::<f32>().unwrap());
+        assert!(
+            (got - expected).abs() < 1e-5,
+            "{roles:?}: {got} vs {expected}"
+        );
+        let counted: f64 = sums.iter().map(|s| s.n_tokens).sum();
+        assert_eq!(counted as usize, batch.n_trained);
+    }
+    // Act items train 4 + 7 tokens (the injected span is skipped), the rehearse item 14.
+    assert_eq!(items[0].n_trained(64, &[Role::Act]), 11);
+    assert_eq!(items[1].n_trained(64, &[Role::Rehearse]), 14);
+    assert_eq!(items[1].n_trained(64, &[Role::Act]), 0);
+}
+
+fn sft_loss(policy: &Policy, items: &[TrainItem]) -> f64 {
+    let refs: Vec<&TrainItem> = items.iter().collect();
+    let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+    let (logp, _) = token_logprobs(policy, &batch).unwrap();
+    let total = (logp * &batch.weight).unwrap().sum_all().unwrap();
+    -f64::from(total.to_scalar::<f32>().unwrap()) / batch.n_trained as f64
+}
+
+#[test]
+fn sft_steps_lower_the_loss_and_the_optimizer_state_round_trips() {
+    let items = items();
+    let run_steps = |policy: &Policy, optimizer: &mut AdamW, n: usize| {
+        for _ in 0..n {
+            let refs: Vec<&TrainItem> = items.iter().collect();
+            let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+            let (logp, _) = token_logprobs(policy, &batch).unwrap();
+            let loss = ((logp * &batch.weight)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .neg()
+                .unwrap()
+                / batch.n_trained as f64)
+                .unwrap();
+            let grads = loss.backward().unwrap();
+            optimizer.step(&grads, 1e-2, 1.0, 1.0).unwrap();
+        }
+    };
+    let policy = tiny_policy(4);
+    let before = sft_loss(&policy, &items);
+    let mut optimizer = AdamW::new(&policy, 0.0).unwrap();
+    run_steps(&policy, &mut optimizer, 3);
+    let after = sft_loss(&policy, &items);
+    assert!(after < before - 0.05, "loss {before} → {after}");
+
+    // Save model and optimizer, continue both copies: identical losses.
+    let dir = tempfile::tempdir().unwrap();
+    policy.save(&dir.path().join("model")).unwrap();
+    optimizer.save(&dir.path().join("opt.safetensors")).unwrap();
+    let reloaded = Policy::load(&dir.path().join("model"), &Device::Cpu, DType::F32).unwrap();
+    let mut reloaded_optimizer = AdamW::new(&reloaded, 0.0).unwrap();
+    reloaded_optimizer
+        .load(&dir.path().join("opt.safetensors"))
+        .unwrap();
+    assert_eq!(reloaded_optimizer.n_updates(), 3);
+    run_steps(&policy, &mut optimizer, 2);
+    run_steps(&reloaded, &mut reloaded_optimizer, 2);
+    assert_eq!(sft_loss(&policy, &items), sft_loss(&reloaded, &items));
+}
+
+fn job_metrics(store_path: &Path) -> BTreeMap<(u64, String), Vec<f64>> {
+    let store = Store::open(store_path).unwrap();
+    let view = store.view();
+    let run = view.runs().unwrap()[0].id;
+    let mut out: BTreeMap<(u64, String), Vec<f64>> = BTreeMap::new();
+    for row in view.metrics(run).unwrap() {
+        if !row.key.starts_with("perf/") {
+            out.entry((row.step, row.key)).or_default().push(row.value);
+        }
+    }
+    out
+}
+
+fn run_job(config: &ExperimentConfig, store_path: &Path) {
+    let store = Store::open(store_path).unwrap();
+    let run = store.create_run(&config.run.name, TINY_JOB).unwrap();
+    drop(store);
+    let spec = JobSpec {
+        config: config.clone(),
+        config_toml: TINY_JOB.to_owned(),
+        store_path: store_path.to_path_buf(),
+        resume: None,
+    };
+    assert_eq!(
+        train(&spec, run, &mut NoHooks).unwrap(),
+        JobOutcome::Finished
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_metrics_for_five_steps() {
+    let config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("a/runs.sqlite");
+    let second = dir.path().join("b/runs.sqlite");
+    std::fs::create_dir_all(first.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(second.parent().unwrap()).unwrap();
+    run_job(&config, &first);
+    run_job(&config, &second);
+    let a = job_metrics(&first);
+    let b = job_metrics(&second);
+    let steps: std::collections::BTreeSet<u64> = a
+        .keys()
+        .filter(|(_, key)| !key.starts_with("eval/"))
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(steps.len(), 5, "steps {steps:?}");
+    // Held-out evaluation before RL and after its last step.
+    assert!(a.contains_key(&(3, "eval/generated_test/success".to_owned())));
+    assert!(a.contains_key(&(5, "eval/generated_test/success".to_owned())));
+    assert!(a.contains_key(&(0, "sft/loss".to_owned())));
+    assert!(a.contains_key(&(4, "rl/reward".to_owned())));
+    assert!(a.contains_key(&(4, "rehearse/entropy".to_owned())));
+    assert_eq!(a, b);
+    // Every step checkpointed at the interval, and the last one.
+    let store = Store::open(&first).unwrap();
+    let run = store.view().runs().unwrap()[0].id;
+    let steps: Vec<u64> = store
+        .view()
+        .checkpoints(run)
+        .unwrap()
+        .iter()
+        .map(|c| c.step)
+        .collect();
+    assert_eq!(steps, [1, 2, 4]);
+    let episodes = store.view().trajectories(run).unwrap();
+    assert_eq!(episodes.len(), 2 * 4, "2 RL steps × 2 prompts × 2 episodes");
+}

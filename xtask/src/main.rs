@@ -182,13 +182,25 @@ fn main_job(root: &Path) -> Result<()> {
     if !status.success() {
         bail!("the quickstart config is invalid");
     }
-    println!(
-        "\nThe quickstart experiment config is valid. No display is present, so this runs the \
-         quickstart headless; training (the controller, SFT and role-wise GRPO) is not built yet, \
-         so there is no run to start. With a display, `cargo xtask run` opens the studio's \
-         experiment editor.\nWhat works today: `{} config validate|schema|init` and `{} runs list|show|export`.",
+    let store = target.join("envace-quickstart").join("runs.sqlite");
+    eprintln!(
+        "xtask: no display, so the quickstart trains headless: $ envace --store {} train {quickstart}",
+        store.display()
+    );
+    eprintln!("xtask: Ctrl-C stops after a checkpoint; `envace train {quickstart} --resume RUN` continues");
+    let status = Command::new(&envace)
+        .arg("--store")
+        .arg(&store)
+        .args(["train", quickstart])
+        .status()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    if !status.success() {
+        bail!("training the quickstart ended with {status}");
+    }
+    eprintln!(
+        "xtask: inspect the run with `{} --store {} runs show quickstart`",
         envace.display(),
-        envace.display()
+        store.display()
     );
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod fsutil;
 pub mod mcp;
 pub mod model;
+pub mod openai;
 pub mod store;
 pub mod tasks;
 pub mod tokenize;

@@ -12,6 +12,7 @@ pub mod fsutil;
 pub mod mcp;
 pub mod model;
 pub mod openai;
+pub mod serve;
 pub mod store;
 pub mod tasks;
 pub mod tokenize;

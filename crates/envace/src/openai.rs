@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::config::EndpointConfig;
@@ -218,7 +218,7 @@ pub struct ChatReply {
 }
 
 /// Why a request failed after all its attempts; recorded with the trajectory it masks.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EndpointFailure {
     /// No complete reply within `timeout_secs` (on the last attempt).
@@ -883,5 +883,16 @@ mod tests {
         expect![[r#"{"kind":"http","url":"http://h/v1/chat/completions","attempts":3,"status":503,"body_excerpt":"overloaded"}"#]]
             .assert_eq(&serde_json::to_string(&failure).expect("a failure serializes"));
         assert!(failure.is_retryable());
+        let back: EndpointFailure =
+            serde_json::from_str(&serde_json::to_string(&failure).expect("a failure serializes"))
+                .expect("a failure deserializes");
+        assert_eq!(back, failure);
+    }
+
+    #[test]
+    fn a_client_is_shared_across_worker_threads() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        shareable::<ChatClient>();
+        shareable::<EndpointFailure>();
     }
 }

@@ -47,7 +47,6 @@ use crate::tokenize::{self, Tokenizer};
 const END_OF_TURN_TOKENS: [&str; 4] = ["<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>"];
 
 /// A policy with its tokenizer and chat template, ready to serve.
-#[derive(Debug)]
 pub struct LoadedModel {
     name: String,
     source: PathBuf,
@@ -258,6 +257,21 @@ impl LoadedModel {
     /// Whether the chat template renders tools itself (else they are folded into messages).
     pub fn template_knows_tools(&self) -> bool {
         self.template_knows_tools
+    }
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The weights are left out: they would print megabytes.
+        f.debug_struct("LoadedModel")
+            .field("name", &self.name)
+            .field("source", &self.source)
+            .field("architecture", &self.policy.architecture())
+            .field("n_params", &self.policy.n_params())
+            .field("template_knows_tools", &self.template_knows_tools)
+            .field("stop_tokens", &self.stop_tokens)
+            .field("max_context_tokens", &self.max_context_tokens)
+            .finish_non_exhaustive()
     }
 }
 

@@ -36,6 +36,20 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             http,
             data,
         } => crate::env_commands::serve_env(domain, stdio, http, data.as_deref()),
+        Command::ServeModel {
+            model,
+            run,
+            addr,
+            max_batch,
+            default_max_tokens,
+        } => crate::serve_commands::serve_model(
+            model.as_deref(),
+            run.as_deref(),
+            cli.store.as_deref(),
+            addr,
+            max_batch,
+            default_max_tokens,
+        ),
     }
 }
 

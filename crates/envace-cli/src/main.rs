@@ -2,6 +2,7 @@
 
 mod commands;
 mod env_commands;
+mod serve_commands;
 mod train_command;
 
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// EnvACE Studio from the command line: validate experiment configs, inspect and export runs,
-/// call and serve the built-in environments.
+/// call and serve the built-in environments, serve a model as an OpenAI-compatible endpoint.
 #[derive(Debug, Parser)]
 #[command(name = "envace", version, propagate_version = true)]
 struct Cli {
@@ -62,6 +63,33 @@ enum Command {
         /// τ²-bench data: the domain folder (with db.json) or the folder above it.
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
+    },
+    /// Serve a model (a file, a folder, or a run's latest checkpoint) as an OpenAI-compatible
+    /// chat-completions endpoint: POST /v1/chat/completions, GET /v1/models, GET /health.
+    ServeModel {
+        /// A .gguf file or a Hugging Face model folder (config.json, safetensors weights,
+        /// tokenizer.json, tokenizer_config.json).
+        #[arg(
+            long,
+            value_name = "PATH",
+            required_unless_present = "run",
+            conflicts_with = "run"
+        )]
+        model: Option<PathBuf>,
+        /// Serve this run's latest checkpoint (run id, or the newest run with that name) from
+        /// the run store (--store).
+        #[arg(long, value_name = "RUN")]
+        run: Option<String>,
+        /// Address to listen on, e.g. 127.0.0.1:8000 (port 0 picks a free port). An address
+        /// beyond loopback serves the network without authentication.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000", value_parser = serve_commands::parse_addr)]
+        addr: SocketAddr,
+        /// Most requests generated together in one batch.
+        #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        max_batch: u32,
+        /// New tokens of a reply when a request sets no max_tokens.
+        #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+        default_max_tokens: u32,
     },
 }
 

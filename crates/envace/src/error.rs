@@ -204,6 +204,25 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// An OpenAI-compatible endpoint is configured in a way this client cannot use (an unset
+    /// API key variable, a URL it cannot reach); names the field and the value.
+    #[error("endpoint {field}: {message}")]
+    Endpoint {
+        /// The `EndpointConfig` field at fault, e.g. `api_key_env`.
+        field: String,
+        /// What is wrong, with the value.
+        message: String,
+    },
+
+    /// The model server could not load its model or start listening; names the file, the run
+    /// or the address.
+    #[error("serve-model, {what}: {message}")]
+    Serve {
+        /// The model path, run or address at fault.
+        what: String,
+        /// What went wrong and what to do about it.
+        message: String,
+    },
 }
 
 impl Error {

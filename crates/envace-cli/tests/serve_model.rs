@@ -1,0 +1,138 @@
+//! `envace serve-model` as the real binary: it prints the bound URL, answers `/v1/models` over
+//! HTTP, stops cleanly on SIGINT (Ctrl-C), and refuses bad arguments with a clear message.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_envace");
+
+/// A plain HTTP/1.1 GET; the status line and the body.
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).expect("the server accepts connections");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("the request is sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("the response is read");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("a response has headers and a body");
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
+}
+
+#[test]
+fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
+    let gguf = envace::model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(BIN)
+        .args(["serve-model", "--model"])
+        .arg(&gguf)
+        .args(["--addr", "127.0.0.1:0", "--max-batch", "4"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the server prints its URL once the model is loaded");
+    assert!(
+        line.starts_with("serving SmolLM2-135M-Instruct.Q4_1 at http://127.0.0.1:"),
+        "{line}"
+    );
+    let url = line.rsplit(' ').next().expect("the URL ends the line");
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/v1"))
+        .expect("the URL is http://ADDR/v1");
+    assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
+
+    let (status, body) = get(addr, "/v1/models");
+    assert!(status.contains(" 200 "), "{status}\n{body}");
+    let models: serde_json::Value = serde_json::from_str(&body).expect("the body is JSON");
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+    let (status, _) = get(addr, "/health");
+    assert!(status.contains(" 200 "), "{status}");
+
+    // Ctrl-C: SIGINT, as a terminal sends it.
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let output = child.wait_with_output().expect("the server exits");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}\n{stderr}", output.status);
+    assert!(stderr.contains("Ctrl-C stops"), "{stderr}");
+    assert!(stderr.trim_end().ends_with("stopped"), "{stderr}");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "nothing listens after the stop"
+    );
+}
+
+#[test]
+fn serve_model_refuses_bad_arguments_with_a_clear_message() {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let text_file = tmp.path().join("weights.bin");
+    std::fs::write(&text_file, "not a model").expect("a file writes");
+    let run = |args: &[&str]| {
+        let output = Command::new(BIN)
+            .args(args)
+            .env("ENVACE_HOME", tmp.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("the binary runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let missing = tmp.path().join("missing.gguf");
+    let (code, stderr) = run(&["serve-model", "--model", &missing.display().to_string()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "missing.gguf: no such file or folder; pass a .gguf file or a Hugging Face model folder"
+        ),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["serve-model", "--model", &text_file.display().to_string()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("unsupported model format"), "{stderr}");
+    let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--addr", "nowhere"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected HOST:PORT such as 127.0.0.1:8000"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--run", "r"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (code, stderr) = run(&["serve-model"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--model <PATH>"), "{stderr}");
+    let (code, stderr) = run(&["serve-model", "--run", "latest"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("does not exist; pass --store FILE"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,385 @@
+//! The OpenAI-compatible chat client against tiny scripted HTTP servers started here: retries
+//! with backoff on 5xx, 429 and timeouts, no retry on other 4xx, the per-attempt time limit,
+//! the limit of requests in flight across clones, and failures returned as data.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use envace::config::EndpointConfig;
+use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure};
+
+/// What the scripted server does with one request.
+#[derive(Debug, Clone)]
+enum Act {
+    /// Answer with this status, extra headers and body.
+    Reply(u16, Vec<(String, String)>, String),
+    /// Wait this long, then answer 200 (normally after the client gave up).
+    Stall(Duration),
+    /// Read the request, then close the connection without answering.
+    Hang,
+}
+
+const OK_BODY: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+
+fn ok() -> Act {
+    Act::Reply(200, Vec::new(), OK_BODY.to_owned())
+}
+
+fn status(code: u16) -> Act {
+    Act::Reply(
+        code,
+        Vec::new(),
+        format!("{{\"error\": {{\"message\": \"status {code}\"}}}}"),
+    )
+}
+
+/// A server on a free loopback port that answers the n-th request (from 0) with `script(n)`,
+/// counting requests, requests in flight, the most in flight at once, and the last
+/// `Authorization` header.
+struct Scripted {
+    url: String,
+    n_requests: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+    authorization: Arc<Mutex<Option<String>>>,
+}
+
+impl Scripted {
+    fn start(hold: Duration, script: impl Fn(usize) -> Act + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        let url = format!(
+            "http://{}/v1",
+            listener.local_addr().expect("a bound address")
+        );
+        let n_requests = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let authorization = Arc::new(Mutex::new(None));
+        let script = Arc::new(script);
+        let (n, max, auth) = (
+            Arc::clone(&n_requests),
+            Arc::clone(&max_in_flight),
+            Arc::clone(&authorization),
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (n, in_flight, max, auth, script) = (
+                    Arc::clone(&n),
+                    Arc::clone(&in_flight),
+                    Arc::clone(&max),
+                    Arc::clone(&auth),
+                    Arc::clone(&script),
+                );
+                std::thread::spawn(move || {
+                    let Some(header) = read_request(&stream) else {
+                        return;
+                    };
+                    if header.is_some() {
+                        *auth.lock().expect("no panic holds the lock") = header;
+                    }
+                    let idx = n.fetch_add(1, Ordering::SeqCst);
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    max.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(hold);
+                    let act = script(idx);
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    answer(stream, act);
+                });
+            }
+        });
+        Scripted {
+            url,
+            n_requests,
+            max_in_flight,
+            authorization,
+        }
+    }
+
+    fn n_requests(&self) -> usize {
+        self.n_requests.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads one request (headers and a `Content-Length` body); its `Authorization` header, or
+/// `None` when the connection closed first.
+fn read_request(stream: &TcpStream) -> Option<Option<String>> {
+    let mut reader = BufReader::new(stream);
+    let mut content_length = 0;
+    let mut authorization = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => content_length = value.trim().parse().ok()?,
+                "authorization" => authorization = Some(value.trim().to_owned()),
+                _ => {}
+            }
+        }
+    }
+    let mut body = vec![0; content_length];
+    reader.read_exact(&mut body).ok()?;
+    let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    Some(authorization)
+}
+
+fn answer(mut stream: TcpStream, act: Act) {
+    let (code, headers, body) = match act {
+        Act::Reply(code, headers, body) => (code, headers, body),
+        Act::Stall(duration) => {
+            std::thread::sleep(duration);
+            (200, Vec::new(), OK_BODY.to_owned())
+        }
+        Act::Hang => return,
+    };
+    let mut head = format!(
+        "HTTP/1.1 {code} Scripted\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    // The client may have hung up already (after a timeout): that is not an error here.
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body.as_bytes());
+}
+
+fn client(url: &str, timeout_secs: f64, max_retries: u32, max_concurrency: u32) -> ChatClient {
+    ChatClient::new(&EndpointConfig {
+        url: url.to_owned(),
+        model: "scripted-model".to_owned(),
+        api_key_env: None,
+        timeout_secs,
+        max_retries,
+        max_concurrency,
+    })
+    .expect("a valid endpoint config")
+    .with_backoff(Duration::from_millis(50), Duration::from_millis(400))
+}
+
+fn ping() -> ChatRequest {
+    ChatRequest::new(vec![ChatMsg::user("ping")])
+}
+
+#[test]
+fn server_errors_and_rate_limits_are_retried_with_exponential_backoff() {
+    let server = Scripted::start(Duration::ZERO, |n| match n {
+        0 | 1 => status(500),
+        2 => Act::Reply(
+            429,
+            vec![("Retry-After".to_owned(), "0".to_owned())],
+            "slow down".to_owned(),
+        ),
+        _ => ok(),
+    });
+    let start = Instant::now();
+    let reply = client(&server.url, 5.0, 5, 4)
+        .complete(&ping())
+        .expect("the fourth attempt succeeds");
+    let elapsed = start.elapsed();
+    assert_eq!(reply.content, "pong");
+    assert_eq!(reply.finish_reason, "stop");
+    assert_eq!((reply.prompt_tokens, reply.completion_tokens), (3, 1));
+    assert_eq!(reply.attempts, 4);
+    assert_eq!(server.n_requests(), 4);
+    // Backoff 50 ms, then 100 ms; the 429 said `Retry-After: 0`.
+    assert!(
+        elapsed >= Duration::from_millis(150),
+        "backoff too short: {elapsed:?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "backoff too long: {elapsed:?}"
+    );
+}
+
+#[test]
+fn retries_stop_after_max_retries_with_the_last_status() {
+    let server = Scripted::start(Duration::ZERO, |_| status(503));
+    let failure = client(&server.url, 5.0, 2, 4)
+        .complete(&ping())
+        .expect_err("every attempt fails");
+    assert_eq!(server.n_requests(), 3);
+    match &failure {
+        EndpointFailure::Http {
+            status,
+            attempts,
+            body_excerpt,
+            ..
+        } => {
+            assert_eq!((*status, *attempts), (503, 3));
+            assert!(body_excerpt.contains("status 503"), "{body_excerpt}");
+        }
+        other => panic!("expected an HTTP failure, got {other:?}"),
+    }
+    assert!(
+        failure.to_string().contains("HTTP 503 (3 attempts)"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn client_errors_are_not_retried() {
+    let server = Scripted::start(Duration::ZERO, |_| status(400));
+    let failure = client(&server.url, 5.0, 3, 4)
+        .complete(&ping())
+        .expect_err("a 400 is final");
+    assert!(
+        matches!(
+            failure,
+            EndpointFailure::Http {
+                status: 400,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{failure:?}"
+    );
+    assert_eq!(server.n_requests(), 1);
+}
+
+#[test]
+fn a_stalled_attempt_times_out_and_the_retry_succeeds() {
+    let server = Scripted::start(Duration::ZERO, |n| {
+        if n == 0 {
+            Act::Stall(Duration::from_secs(3))
+        } else {
+            ok()
+        }
+    });
+    let start = Instant::now();
+    let reply = client(&server.url, 0.5, 2, 4)
+        .complete(&ping())
+        .expect("the second attempt succeeds");
+    assert_eq!((reply.attempts, reply.content.as_str()), (2, "pong"));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn an_endpoint_that_always_stalls_gives_a_timeout_failure() {
+    let server = Scripted::start(Duration::ZERO, |_| Act::Stall(Duration::from_secs(3)));
+    let start = Instant::now();
+    let failure = client(&server.url, 0.3, 1, 4)
+        .complete(&ping())
+        .expect_err("every attempt stalls");
+    assert!(
+        matches!(failure, EndpointFailure::Timeout { attempts: 2, .. }),
+        "{failure:?}"
+    );
+    assert!(
+        failure.to_string().contains("no reply within 0.3 s"),
+        "{failure}"
+    );
+    // Two attempts of 0.3 s and one backoff of 50 ms, well before the server would answer.
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn dropped_and_refused_connections_are_transport_failures() {
+    let server = Scripted::start(Duration::ZERO, |_| Act::Hang);
+    let failure = client(&server.url, 5.0, 1, 4)
+        .complete(&ping())
+        .expect_err("the server never answers");
+    assert!(
+        matches!(failure, EndpointFailure::Transport { attempts: 2, .. }),
+        "{failure:?}"
+    );
+    assert_eq!(server.n_requests(), 2);
+
+    let closed_port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        listener.local_addr().expect("a bound address").port()
+    };
+    let failure = client(&format!("http://127.0.0.1:{closed_port}/v1"), 5.0, 2, 4)
+        .complete(&ping())
+        .expect_err("nothing listens there");
+    assert!(
+        matches!(failure, EndpointFailure::Transport { attempts: 3, .. }),
+        "{failure:?}"
+    );
+    assert!(
+        failure.to_string().contains("connection failed"),
+        "{failure}"
+    );
+}
+
+#[test]
+fn a_reply_that_is_not_a_completion_is_a_bad_response_without_retry() {
+    let server = Scripted::start(Duration::ZERO, |_| {
+        Act::Reply(200, Vec::new(), "<html>gateway</html>".to_owned())
+    });
+    let failure = client(&server.url, 5.0, 3, 4)
+        .complete(&ping())
+        .expect_err("HTML is not a completion");
+    assert!(
+        matches!(failure, EndpointFailure::BadResponse { attempts: 1, .. }),
+        "{failure:?}"
+    );
+    assert_eq!(server.n_requests(), 1);
+}
+
+#[test]
+fn clones_share_the_limit_of_requests_in_flight() {
+    let server = Scripted::start(Duration::from_millis(150), |_| ok());
+    let client = client(&server.url, 10.0, 0, 2);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            std::thread::spawn(move || client.complete(&ping()))
+        })
+        .collect();
+    for thread in threads {
+        let reply = thread
+            .join()
+            .expect("a client thread does not panic")
+            .expect("every request succeeds");
+        assert_eq!(reply.content, "pong");
+    }
+    assert_eq!(server.n_requests(), 8);
+    assert_eq!(server.max_in_flight.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn the_api_key_is_sent_as_a_bearer_token() {
+    let server = Scripted::start(Duration::ZERO, |_| ok());
+    // Cargo sets CARGO_PKG_NAME for the test process: a variable that is surely set, since
+    // setting one here would need `unsafe`.
+    let client = ChatClient::new(&EndpointConfig {
+        url: server.url.clone(),
+        model: "scripted-model".to_owned(),
+        api_key_env: Some("CARGO_PKG_NAME".to_owned()),
+        timeout_secs: 5.0,
+        max_retries: 0,
+        max_concurrency: 1,
+    })
+    .expect("the variable is set");
+    client.complete(&ping()).expect("the server answers");
+    assert_eq!(
+        server
+            .authorization
+            .lock()
+            .expect("no panic holds the lock")
+            .as_deref(),
+        Some("Bearer envace")
+    );
+    assert!(!format!("{client:?}").contains("envace\""), "{client:?}");
+}

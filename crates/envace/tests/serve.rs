@@ -1,0 +1,517 @@
+//! `envace serve-model` in process with SmolLM2-135M-Instruct (the GGUF `cargo xtask setup`
+//! installs), driven over real HTTP by the engine's own OpenAI client: a plain answer, a
+//! tool call whose reply has the shape of OpenAI's documented example, concurrent requests
+//! generated in one batch, 400s naming the bad field, and a server killed mid-request; then
+//! a tiny model served from a Hugging Face folder and from a run's checkpoint, and the errors
+//! of loading.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Device};
+use envace::config::{self, Architecture, EndpointConfig};
+use envace::model::{self, Policy, TransformerConfig};
+use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure, ToolCallOut};
+use envace::serve::{LoadedModel, ModelServer, ServeOptions, serve};
+use envace::store::{Batch, CheckpointRow, Store};
+use envace::tokenize;
+use expect_test::expect;
+use serde_json::{Value, json};
+
+fn any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn smollm2() -> LoadedModel {
+    let path = model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    LoadedModel::from_path(&path).expect("SmolLM2 loads from its GGUF")
+}
+
+/// One server shared by the tests that only send requests.
+fn shared() -> &'static ModelServer {
+    static SERVER: OnceLock<ModelServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        serve(smollm2(), any_port(), &ServeOptions::default()).expect("the server starts")
+    })
+}
+
+fn client(url: &str, timeout_secs: f64, max_retries: u32) -> ChatClient {
+    ChatClient::new(&EndpointConfig {
+        url: url.to_owned(),
+        model: "smollm2".to_owned(),
+        api_key_env: None,
+        timeout_secs,
+        max_retries,
+        max_concurrency: 16,
+    })
+    .expect("a valid endpoint config")
+    .with_backoff(Duration::from_millis(50), Duration::from_millis(200))
+}
+
+fn weather_tool() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name."}},
+                "required": ["city"]
+            }
+        }
+    })
+}
+
+fn call(id: &str, city: &str) -> ToolCallOut {
+    ToolCallOut {
+        id: id.to_owned(),
+        name: "get_weather".to_owned(),
+        arguments: format!("{{\"city\": \"{city}\"}}"),
+    }
+}
+
+/// Two earlier turns where the assistant called the tool and got its response, so that even a
+/// 135M model continues the pattern with a call for the new city.
+fn tool_conversation() -> Vec<ChatMsg> {
+    vec![
+        ChatMsg::system("You call get_weather for every city the user names."),
+        ChatMsg::user("Weather in Paris?"),
+        ChatMsg::assistant_calls("", vec![call("c1", "Paris")]),
+        ChatMsg::tool("c1", r#"{"temp_c": 21}"#),
+        ChatMsg::assistant("21 °C in Paris."),
+        ChatMsg::user("Weather in Rome?"),
+        ChatMsg::assistant_calls("", vec![call("c2", "Rome")]),
+        ChatMsg::tool("c2", r#"{"temp_c": 25}"#),
+        ChatMsg::assistant("25 °C in Rome."),
+        ChatMsg::user("Weather in London?"),
+    ]
+}
+
+fn greedy(messages: Vec<ChatMsg>, max_tokens: u32) -> ChatRequest {
+    let mut req = ChatRequest::new(messages);
+    req.temperature = Some(0.0);
+    req.max_tokens = Some(max_tokens);
+    req
+}
+
+/// A raw HTTP exchange: the status and the JSON body.
+fn raw(method: &str, url: &str, body: Option<&str>) -> (u16, Value) {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build(),
+    );
+    let response = match (method, body) {
+        ("GET", _) => agent.get(url).call(),
+        (_, Some(body)) => agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .send(body),
+        (_, None) => agent.post(url).send_empty(),
+    }
+    .expect("the server answers");
+    let status = response.status().as_u16();
+    let text = response
+        .into_body()
+        .read_to_string()
+        .expect("the body reads");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")),
+    )
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Where the shapes of two JSON values differ: keys present on one side only, values of
+/// different JSON types (array items are compared to the reference's first item).
+fn shape_diff(reference: &Value, ours: &Value, path: &str, out: &mut Vec<String>) {
+    match (reference, ours) {
+        (Value::Object(a), Value::Object(b)) => {
+            for key in a.keys().filter(|k| !b.contains_key(*k)) {
+                out.push(format!("{path}.{key}: missing"));
+            }
+            for key in b.keys().filter(|k| !a.contains_key(*k)) {
+                out.push(format!("{path}.{key}: not in the reference"));
+            }
+            for (key, value) in a {
+                if let Some(other) = b.get(key) {
+                    shape_diff(value, other, &format!("{path}.{key}"), out);
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => match a.first() {
+            Some(_) if b.is_empty() => out.push(format!("{path}: empty, the reference is not")),
+            Some(first) => {
+                for (idx, item) in b.iter().enumerate() {
+                    shape_diff(first, item, &format!("{path}[{idx}]"), out);
+                }
+            }
+            None => {}
+        },
+        _ if json_type(reference) != json_type(ours) => out.push(format!(
+            "{path}: {} where the reference has {}",
+            json_type(ours),
+            json_type(reference)
+        )),
+        _ => {}
+    }
+}
+
+#[test]
+fn a_plain_question_gets_a_plain_answer() {
+    let server = shared();
+    let reply = client(&server.url(), 120.0, 0)
+        .complete(&greedy(
+            vec![ChatMsg::user(
+                "What is the capital of France? Answer in one sentence.",
+            )],
+            16,
+        ))
+        .expect("the server answers");
+    assert!(reply.content.contains("Paris"), "{reply:?}");
+    assert!(reply.tool_calls.is_empty(), "{reply:?}");
+    assert_eq!(reply.finish_reason, "stop", "{reply:?}");
+    assert!(reply.prompt_tokens > 10, "{reply:?}");
+    assert!((1..=16).contains(&reply.completion_tokens), "{reply:?}");
+    assert_eq!(reply.attempts, 1);
+}
+
+#[test]
+fn a_tool_call_reply_has_the_shape_of_openais_documented_example() {
+    let server = shared();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/openai/chat_completion_tool_calls.json");
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(&fixture).expect("the fixture is in the repository"),
+    )
+    .expect("the fixture is JSON");
+    let mut req = greedy(tool_conversation(), 40);
+    req.tools = vec![weather_tool()];
+    let body = req.to_json("smollm2").to_string();
+    let (status, ours) = raw(
+        "POST",
+        &format!("{}/chat/completions", server.url()),
+        Some(&body),
+    );
+    assert_eq!(status, 200, "{ours}");
+    let mut diffs = Vec::new();
+    shape_diff(&reference, &ours, "", &mut diffs);
+    assert!(diffs.is_empty(), "{diffs:#?}\n{ours:#}");
+    let message = &ours["choices"][0]["message"];
+    assert_eq!(ours["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(ours["object"], "chat.completion");
+    let call = &message["tool_calls"][0];
+    assert!(
+        call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")),
+        "{call}"
+    );
+    assert_eq!(call["function"]["name"], "get_weather");
+    let arguments: Value = serde_json::from_str(
+        call["function"]["arguments"]
+            .as_str()
+            .expect("arguments are a JSON string"),
+    )
+    .expect("the string holds JSON");
+    assert_eq!(arguments, json!({"city": "London"}));
+
+    // The same request through the client: the call comes back structured.
+    let reply = client(&server.url(), 120.0, 0)
+        .complete(&req)
+        .expect("the server answers");
+    assert_eq!(reply.finish_reason, "tool_calls");
+    assert_eq!(reply.content, "");
+    assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.tool_calls[0].name, "get_weather");
+    assert_eq!(reply.tool_calls[0].arguments, r#"{"city":"London"}"#);
+}
+
+#[test]
+fn bad_requests_get_a_400_that_names_the_field() {
+    let server = shared();
+    let url = format!("{}/chat/completions", server.url());
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let cases = [
+        (json!({"messages": user, "n": 3}).to_string(), Some("n")),
+        (
+            json!({"messages": user, "stream": true}).to_string(),
+            Some("stream"),
+        ),
+        (
+            json!({"messages": user, "temperature": "warm"}).to_string(),
+            Some("temperature"),
+        ),
+        (
+            json!({"messages": user, "max_tokens": -1}).to_string(),
+            Some("max_tokens"),
+        ),
+        (
+            json!({"messages": [{"role": "user"}, {"role": "pilot", "content": "x"}]}).to_string(),
+            Some("messages[1].role"),
+        ),
+        (
+            json!({"messages": user, "tools": [{"type": "retrieval"}]}).to_string(),
+            Some("tools[0].type"),
+        ),
+        ("{not json".to_owned(), None),
+    ];
+    for (body, param) in cases {
+        let (status, reply) = raw("POST", &url, Some(&body));
+        assert_eq!(status, 400, "{body} -> {reply}");
+        let error = &reply["error"];
+        assert_eq!(error["type"], "invalid_request_error", "{reply}");
+        assert_eq!(error["param"].as_str(), param, "{body} -> {reply}");
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{reply}"
+        );
+    }
+    // The client reports a 400 as a failure after one attempt: asking again would not help.
+    let mut req = greedy(vec![ChatMsg::user("hi")], 4);
+    req.temperature = Some(5.0);
+    let failure = client(&server.url(), 120.0, 3)
+        .complete(&req)
+        .expect_err("temperature 5 is out of range");
+    assert!(
+        matches!(&failure, EndpointFailure::Http { status: 400, attempts: 1, body_excerpt, .. } if body_excerpt.contains("temperature")),
+        "{failure:?}"
+    );
+
+    let (status, reply) = raw("GET", &format!("{}/embeddings", server.url()), None);
+    assert_eq!(status, 404, "{reply}");
+    let (status, reply) = raw("GET", &url, None);
+    assert_eq!(status, 405, "{reply}");
+    let (status, models) = raw("GET", &format!("{}/models", server.url()), None);
+    assert_eq!(status, 200);
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+    assert_eq!(models["data"][0]["object"], "model");
+    let (status, health) = raw(
+        "GET",
+        &format!("http://{}/health", server.local_addr()),
+        None,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok");
+}
+
+#[test]
+fn concurrent_requests_are_generated_in_one_batch() {
+    let options = ServeOptions {
+        max_batch: 8,
+        // Long enough for four client threads to queue their requests together.
+        batch_window: Duration::from_millis(300),
+        ..ServeOptions::default()
+    };
+    let server = serve(smollm2(), any_port(), &options).expect("the server starts");
+    let client = client(&server.url(), 120.0, 0);
+    let questions = [
+        "What is the capital of France? Answer in one sentence.",
+        "Name a primary colour.",
+        "Say hello.",
+        "What is 2 plus 2?",
+    ];
+    let threads: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            let client = client.clone();
+            let req = greedy(vec![ChatMsg::user(*q)], 12);
+            std::thread::spawn(move || client.complete(&req))
+        })
+        .collect();
+    let replies: Vec<_> = threads
+        .into_iter()
+        .map(|t| {
+            t.join()
+                .expect("a client thread does not panic")
+                .expect("every request is answered")
+        })
+        .collect();
+    for reply in &replies {
+        assert!(!reply.content.is_empty(), "{reply:?}");
+        assert!(reply.completion_tokens <= 12, "{reply:?}");
+    }
+    assert!(replies[0].content.contains("Paris"), "{:?}", replies[0]);
+    let stats = server.stats();
+    assert_eq!(stats.n_requests, 4, "{stats:?}");
+    assert!(stats.max_batch_seen >= 2, "no batching: {stats:?}");
+    assert!(stats.n_batches < 4, "no batching: {stats:?}");
+    server.shutdown();
+}
+
+#[test]
+fn a_server_stopped_mid_request_gives_a_failure_not_a_panic() {
+    let server = serve(smollm2(), any_port(), &ServeOptions::default()).expect("the server starts");
+    let client = client(&server.url(), 60.0, 1);
+    let req = greedy(
+        vec![ChatMsg::user("Write a long story about a dragon.")],
+        64,
+    );
+    let start = Instant::now();
+    let pending = std::thread::spawn(move || client.complete(&req));
+    std::thread::sleep(Duration::from_millis(700));
+    server.shutdown();
+    let failure = pending
+        .join()
+        .expect("the client thread does not panic")
+        .expect_err("the server went away");
+    assert!(
+        matches!(
+            failure,
+            EndpointFailure::Transport { attempts: 2, .. } | EndpointFailure::Timeout { .. }
+        ),
+        "{failure:?}"
+    );
+    eprintln!("{failure} after {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A tiny Llama saved as a Hugging Face folder with a trained tokenizer and no
+/// `tokenizer_config.json`: the server falls back to EnvACE's ChatML template.
+fn tiny_hf_folder(dir: &Path) {
+    let corpus = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi, how can I help?<|im_end|>\n";
+    let tokenizer =
+        tokenize::train_bpe(std::iter::repeat_n(corpus, 8), 320).expect("a tokenizer trains");
+    let tiny = config::TinyModelConfig {
+        architecture: Architecture::Llama,
+        hidden_size: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        intermediate_size: 48,
+        vocab_size: tokenizer.get_vocab_size(true) as u32,
+        max_position_embeddings: 1024,
+        rope_theta: 10_000.0,
+        tie_embeddings: true,
+    };
+    let cfg = TransformerConfig::from_tiny(&tiny).expect("a valid tiny config");
+    let policy = Policy::init(cfg, 7, &Device::Cpu, DType::F32).expect("a tiny model");
+    policy.save(dir).expect("the model saves");
+    tokenize::save(&tokenizer, &dir.join(tokenize::TOKENIZER_FILE)).expect("the tokenizer saves");
+}
+
+#[test]
+fn a_hugging_face_folder_and_a_run_checkpoint_are_served() {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let checkpoint = tmp.path().join("checkpoints/step-3");
+    tiny_hf_folder(&checkpoint);
+
+    let mut store = Store::open(&tmp.path().join("runs.sqlite")).expect("a fresh store");
+    let run = store.create_run("tiny-run", "").expect("a run");
+    let mut batch = Batch::new(run);
+    batch.checkpoints.push(CheckpointRow {
+        step: 3,
+        // Relative to the store's folder.
+        path: "checkpoints/step-3".to_owned(),
+        bytes: 0,
+        wall_time: 0.0,
+    });
+    store.write(&batch).expect("the checkpoint row is written");
+
+    let model = LoadedModel::from_run(&store, "tiny-run").expect("the run's checkpoint loads");
+    assert_eq!(model.name(), "tiny-run/step-3");
+    assert!(
+        model.template_knows_tools(),
+        "the ChatML fallback renders tools"
+    );
+    let server = serve(model, any_port(), &ServeOptions::default()).expect("the server starts");
+    let mut req = greedy(vec![ChatMsg::user("hello there")], 6);
+    req.tools = vec![weather_tool()];
+    let reply = client(&server.url(), 60.0, 0)
+        .complete(&req)
+        .expect("an untrained model still answers");
+    // An untrained model writes noise, yet the reply is well-formed.
+    assert!(
+        matches!(reply.finish_reason.as_str(), "stop" | "length"),
+        "{reply:?}"
+    );
+    assert!((1..=6).contains(&reply.completion_tokens), "{reply:?}");
+    let (_, models) = raw("GET", &format!("{}/models", server.url()), None);
+    assert_eq!(models["data"][0]["id"], "tiny-run/step-3");
+    server.shutdown();
+
+    let folder = LoadedModel::from_path(&checkpoint).expect("the folder loads directly");
+    assert_eq!(folder.name(), "step-3");
+}
+
+#[test]
+fn loading_errors_name_the_file_and_what_to_do() {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let text_file = tmp.path().join("notes.txt");
+    std::fs::write(&text_file, "not a model").expect("a file writes");
+    let empty_dir = tmp.path().join("empty");
+    std::fs::create_dir(&empty_dir).expect("a folder");
+    let message = |path: &Path| {
+        LoadedModel::from_path(path)
+            .expect_err("not a model")
+            .to_string()
+            .replace(&tmp.path().display().to_string(), "TMP")
+    };
+    let mut store = Store::open(&tmp.path().join("runs.sqlite")).expect("a fresh store");
+    let run = store.create_run("fresh", "").expect("a run");
+    store.write(&Batch::new(run)).expect("an empty batch");
+    let no_checkpoint = LoadedModel::from_run(&store, "fresh")
+        .expect_err("no checkpoint")
+        .to_string();
+    let no_run = LoadedModel::from_run(&store, "nope")
+        .expect_err("no such run")
+        .to_string();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let busy = serve(
+        tiny_for_errors(tmp.path()),
+        taken.local_addr().expect("a bound address"),
+        &ServeOptions::default(),
+    )
+    .expect_err("the port is taken")
+    .to_string();
+    // The operating system's words follow; they differ between systems.
+    assert!(
+        busy.starts_with(&format!(
+            "serve-model, address {}: cannot listen: ",
+            taken.local_addr().expect("a bound address")
+        )),
+        "{busy}"
+    );
+    expect![[r#"
+        serve-model, TMP/missing.gguf: no such file or folder; pass a .gguf file or a Hugging Face model folder
+        serve-model, TMP/notes.txt: unsupported model format: expected a .gguf file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
+        serve-model, TMP/empty: this folder has no config.json; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json and tokenizer_config.json
+        serve-model, run "fresh": run 1 (fresh) has no checkpoint yet; `envace runs show 1` lists what it saved
+        no run matches "nope"; `envace runs list` shows the runs in this store"#]]
+    .assert_eq(
+        &[
+            message(&tmp.path().join("missing.gguf")),
+            message(&text_file),
+            message(&empty_dir),
+            no_checkpoint,
+            no_run,
+        ]
+        .join("\n"),
+    );
+}
+
+fn tiny_for_errors(dir: &Path) -> LoadedModel {
+    let folder = dir.join("tiny");
+    tiny_hf_folder(&folder);
+    LoadedModel::from_path(&folder).expect("the tiny folder loads")
+}

@@ -80,3 +80,181 @@ impl EpisodeJudge for RuleJudge {
             })
     }
 }
+
+/// The instruction of the LLM judge.
+pub const LLM_JUDGE_PROMPT: &str = "You are a strict judge of a tool-using assistant. You read \
+a conversation between a user, the assistant and its tools, and a numbered list of standards. \
+For every standard decide whether the conversation meets its pass condition. Answer with one \
+JSON object and nothing else: {\"verdicts\": [{\"index\": 0, \"met\": true, \"reason\": \"...\"}, \
+...]} with exactly one verdict per standard, in order.";
+
+/// The LLM judge (DESIGN.md §1): an OpenAI-compatible endpoint decides each standard and
+/// returns a strict JSON verdict. A failed call (after the client's retries, backoff and
+/// timeout) or a verdict that does not parse masks the episode instead of scoring it 0.
+#[derive(Debug, Clone)]
+pub struct LlmJudge {
+    client: crate::openai::ChatClient,
+    /// Most tokens of the verdict.
+    pub max_tokens: u32,
+}
+
+impl LlmJudge {
+    /// A judge over `client`.
+    pub fn new(client: crate::openai::ChatClient) -> Self {
+        LlmJudge {
+            client,
+            max_tokens: 512,
+        }
+    }
+
+    /// The judge's messages for one checklist.
+    pub fn messages(checklist: &crate::tasks::Checklist, trajectory: &[ChatMessage]) -> Vec<crate::openai::ChatMsg> {
+        let mut conversation = String::new();
+        for message in trajectory {
+            let role = match message.role {
+                crate::tasks::Role::User => "user",
+                crate::tasks::Role::Assistant => "assistant",
+                crate::tasks::Role::Tool => "tool",
+            };
+            conversation.push_str(&format!("[{role}] {}\n", message.content));
+        }
+        let mut standards = String::new();
+        for (idx, standard) in checklist.standards.iter().enumerate() {
+            standards.push_str(&format!(
+                "{idx}. question: {}\n   focus on: {}\n   pass condition: {}\n   failure examples: {}\n",
+                standard.question,
+                standard.focus_on,
+                standard.pass_condition,
+                standard.failure_examples.join("; ")
+            ));
+        }
+        vec![
+            crate::openai::ChatMsg::system(LLM_JUDGE_PROMPT),
+            crate::openai::ChatMsg::user(format!(
+                "# Conversation\n{conversation}\n# Standards\n{standards}"
+            )),
+        ]
+    }
+}
+
+/// Reads a judge's verdict strictly: a JSON object (optionally in a ```json fence) whose
+/// `verdicts` array has one `{"index", "met"}` per standard, indices 0.. in order.
+pub fn parse_verdict(text: &str, n_standards: usize) -> std::result::Result<Vec<bool>, String> {
+    let mut body = text.trim();
+    if let Some(rest) = body.strip_prefix("```json").or_else(|| body.strip_prefix("```")) {
+        body = rest.trim().strip_suffix("```").unwrap_or(rest).trim();
+    }
+    let value: Value =
+        serde_json::from_str(body).map_err(|e| format!("the verdict is not JSON ({e})"))?;
+    let verdicts = value
+        .get("verdicts")
+        .and_then(Value::as_array)
+        .ok_or("the verdict has no \"verdicts\" array")?;
+    if verdicts.len() != n_standards {
+        return Err(format!(
+            "the verdict has {} entries for {n_standards} standards",
+            verdicts.len()
+        ));
+    }
+    verdicts
+        .iter()
+        .enumerate()
+        .map(|(idx, verdict)| {
+            if verdict.get("index").and_then(Value::as_u64) != Some(idx as u64) {
+                return Err(format!("verdict {idx} does not carry \"index\": {idx}"));
+            }
+            verdict
+                .get("met")
+                .and_then(Value::as_bool)
+                .ok_or_else(|| format!("verdict {idx} has no boolean \"met\""))
+        })
+        .collect()
+}
+
+impl EpisodeJudge for LlmJudge {
+    fn judge(&self, task: &GenTask, trajectory: &[ChatMessage]) -> Verdict {
+        let mut turn_scores = Vec::with_capacity(task.checklists.len());
+        let mut details = Vec::new();
+        for checklist in &task.checklists {
+            let mut request = crate::openai::ChatRequest::new(Self::messages(checklist, trajectory));
+            request.temperature = Some(0.0);
+            request.max_tokens = Some(self.max_tokens);
+            request.response_format_json = true;
+            let reply = match self.client.complete(&request) {
+                Ok(reply) => reply,
+                Err(failure) => {
+                    return Verdict::Masked {
+                        reason: format!("LLM judge call failed: {failure}"),
+                    };
+                }
+            };
+            let met = match parse_verdict(&reply.content, checklist.standards.len()) {
+                Ok(met) => met,
+                Err(why) => {
+                    return Verdict::Masked {
+                        reason: format!("LLM judge verdict unreadable: {why}"),
+                    };
+                }
+            };
+            let total: f64 = checklist.standards.iter().map(|s| s.weight).sum();
+            let passed: f64 = checklist
+                .standards
+                .iter()
+                .zip(&met)
+                .filter(|(_, met)| **met)
+                .map(|(s, _)| s.weight)
+                .sum();
+            turn_scores.push(if total > 0.0 { passed / total } else { 0.0 });
+            details.push(serde_json::json!({"turn_idx": checklist.turn_idx, "met": met, "raw": reply.content}));
+        }
+        Verdict::Scored {
+            score: crate::tasks::episode_score(&turn_scores, task.checklists.len(), 1),
+            detail: Value::Array(details),
+        }
+    }
+}
+
+/// An OpenAI-compatible endpoint as the external simulator: the rehearse prompt goes out as
+/// chat messages, the reply's text comes back to the strict parser.
+impl crate::rollout::Simulator for crate::openai::ChatClient {
+    fn simulate(&self, messages: &[Value]) -> std::result::Result<String, String> {
+        let messages = messages
+            .iter()
+            .map(|m| {
+                let content = m["content"].as_str().unwrap_or_default().to_owned();
+                match m["role"].as_str() {
+                    Some("system") => crate::openai::ChatMsg::system(content),
+                    Some("assistant") => crate::openai::ChatMsg::assistant(content),
+                    _ => crate::openai::ChatMsg::user(content),
+                }
+            })
+            .collect();
+        let mut request = crate::openai::ChatRequest::new(messages);
+        request.temperature = Some(0.0);
+        request.max_tokens = Some(512);
+        self.complete(&request)
+            .map(|reply| reply.content)
+            .map_err(|failure| failure.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_parse_strictly() {
+        let ok = "{\"verdicts\": [{\"index\": 0, \"met\": true, \"reason\": \"x\"}, {\"index\": 1, \"met\": false}]}";
+        assert_eq!(parse_verdict(ok, 2), Ok(vec![true, false]));
+        assert_eq!(parse_verdict(&format!("```json\n{ok}\n```"), 2), Ok(vec![true, false]));
+        for (bad, n) in [
+            ("yes", 1),
+            ("{\"verdict\": []}", 1),
+            (ok, 3),
+            ("{\"verdicts\": [{\"index\": 1, \"met\": true}]}", 1),
+            ("{\"verdicts\": [{\"index\": 0, \"met\": \"yes\"}]}", 1),
+        ] {
+            assert!(parse_verdict(bad, n).is_err(), "{bad}");
+        }
+    }
+}

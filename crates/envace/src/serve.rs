@@ -117,7 +117,7 @@ impl LoadedModel {
                 return Err(Error::Serve {
                     what: dir.display().to_string(),
                     message: format!(
-                        "this folder has no {required}; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json and tokenizer_config.json"
+                        "this folder has no {required}; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json, and tokenizer_config.json for its chat template"
                     ),
                 });
             }
@@ -252,6 +252,21 @@ impl LoadedModel {
     /// Tokens that end a reply.
     pub fn stop_tokens(&self) -> &[u32] {
         &self.stop_tokens
+    }
+
+    /// The prompt text the model would see for a chat-completions request `body` (the JSON
+    /// the endpoint receives): for checking what a conversation renders to. A bad request is
+    /// an error naming the field, as the endpoint's 400 does.
+    pub fn render_request(&self, body: &Value) -> Result<String> {
+        let to_error = |err: ApiError| Error::Serve {
+            what: match &err.param {
+                Some(param) => format!("request field {param}"),
+                None => "request".to_owned(),
+            },
+            message: err.message,
+        };
+        let call = parse_chat_call(body).map_err(to_error)?;
+        render_prompt(&self.template, self.template_knows_tools, &call).map_err(to_error)
     }
 
     /// Whether the chat template renders tools itself (else they are folded into messages).
@@ -792,20 +807,7 @@ async fn chat_completion(
     let body: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::body(format!("the request body is not valid JSON: {e}")))?;
     let call = parse_chat_call(&body)?;
-    let (messages, tools) = if state.template_knows_tools {
-        (call.messages.clone(), call.tools.clone())
-    } else {
-        (fold_tools(&call.messages, &call.tools), Vec::new())
-    };
-    let prompt_text = state
-        .template
-        .render(&messages, &tools, true)
-        .map_err(|e| {
-            ApiError::invalid(
-                "messages",
-                format!("the chat template rejects this conversation: {e}"),
-            )
-        })?;
+    let prompt_text = render_prompt(&state.template, state.template_knows_tools, &call)?;
     let prompt = tokenize::encode(&state.tokenizer, &prompt_text)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     if prompt.is_empty() {
@@ -903,6 +905,26 @@ async fn chat_completion(
             },
         },
     }))
+}
+
+/// The prompt text of a request: the conversation through the chat template, tools folded
+/// into the turns when the template does not render them.
+fn render_prompt(
+    template: &ChatTemplate,
+    template_knows_tools: bool,
+    call: &ChatCall,
+) -> std::result::Result<String, ApiError> {
+    let (messages, tools) = if template_knows_tools {
+        (call.messages.clone(), call.tools.clone())
+    } else {
+        (fold_tools(&call.messages, &call.tools), Vec::new())
+    };
+    template.render(&messages, &tools, true).map_err(|e| {
+        ApiError::invalid(
+            "messages",
+            format!("the chat template rejects this conversation: {e}"),
+        )
+    })
 }
 
 fn worker_gone() -> ApiError {

@@ -2,8 +2,9 @@
 //! installs), driven over real HTTP by the engine's own OpenAI client: a plain answer, a
 //! tool call whose reply has the shape of OpenAI's documented example, concurrent requests
 //! generated in one batch, 400s naming the bad field, and a server killed mid-request; then
-//! a tiny model served from a Hugging Face folder and from a run's checkpoint, and the errors
-//! of loading.
+//! a tiny model served from a Hugging Face folder and from a run's checkpoint, a tiny Qwen3
+//! whose own template renders the tools (SmolLM2's gets them folded into its turns), and the
+//! errors of loading.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -495,7 +496,7 @@ fn loading_errors_name_the_file_and_what_to_do() {
     expect![[r#"
         serve-model, TMP/missing.gguf: no such file or folder; pass a .gguf file or a Hugging Face model folder
         serve-model, TMP/notes.txt: unsupported model format: expected a .gguf file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
-        serve-model, TMP/empty: this folder has no config.json; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json and tokenizer_config.json
+        serve-model, TMP/empty: this folder has no config.json; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json, and tokenizer_config.json for its chat template
         serve-model, run "fresh": run 1 (fresh) has no checkpoint yet; `envace runs show 1` lists what it saved
         no run matches "nope"; `envace runs list` shows the runs in this store"#]]
     .assert_eq(
@@ -514,4 +515,85 @@ fn tiny_for_errors(dir: &Path) -> LoadedModel {
     let folder = dir.join("tiny");
     tiny_hf_folder(&folder);
     LoadedModel::from_path(&folder).expect("the tiny folder loads")
+}
+
+#[test]
+fn a_template_that_knows_tools_renders_them_itself() {
+    // A tiny Qwen3 with the real Qwen3 tokenizer and chat template (tools, tool calls and
+    // tool responses are the template's own business).
+    let tokenizer_dir = model::qwen3_tokenizer_dir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let folder = tmp.path().join("qwen3-tiny");
+    std::fs::create_dir_all(&folder).expect("a folder");
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(tokenizer_dir.join(file), folder.join(file)).expect("the file copies");
+    }
+    let tokenizer = tokenize::load(&folder.join("tokenizer.json")).expect("the tokenizer loads");
+    let tiny = config::TinyModelConfig {
+        architecture: Architecture::Qwen3,
+        hidden_size: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        intermediate_size: 48,
+        vocab_size: tokenizer.get_vocab_size(true) as u32,
+        max_position_embeddings: 4096,
+        rope_theta: 10_000.0,
+        tie_embeddings: true,
+    };
+    let cfg = TransformerConfig::from_tiny(&tiny).expect("a valid tiny config");
+    Policy::init(cfg, 3, &Device::Cpu, DType::F32)
+        .expect("a tiny model")
+        .save(&folder)
+        .expect("the model saves");
+    let qwen3 = LoadedModel::from_path(&folder).expect("the folder loads");
+    assert!(qwen3.template_knows_tools());
+    let im_end = tokenizer
+        .token_to_id("<|im_end|>")
+        .expect("Qwen3 has <|im_end|>");
+    assert!(qwen3.stop_tokens().contains(&im_end), "{qwen3:?}");
+
+    let mut req = greedy(tool_conversation(), 4);
+    req.tools = vec![weather_tool()];
+    let body = req.to_json("qwen3-tiny");
+    let prompt = qwen3
+        .render_request(&body)
+        .expect("the conversation renders");
+    for needle in [
+        "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"",
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>",
+        "<|im_start|>user\n<tool_response>\n{\"temp_c\": 21}\n</tool_response><|im_end|>",
+        "<|im_start|>user\nWeather in London?<|im_end|>\n<|im_start|>assistant\n",
+    ] {
+        assert!(prompt.contains(needle), "{needle:?} not in\n{prompt}");
+    }
+
+    // SmolLM2's template knows no tools: the same conversation is folded into plain turns.
+    let smol = smollm2();
+    assert!(!smol.template_knows_tools());
+    let folded = smol
+        .render_request(&body)
+        .expect("the conversation renders");
+    for needle in [
+        "<|im_start|>system\nYou call get_weather for every city the user names.\n\n# Tools\n",
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>",
+        "<|im_start|>user\n<tool_response>\n{\"temp_c\": 21}\n</tool_response><|im_end|>",
+    ] {
+        assert!(folded.contains(needle), "{needle:?} not in\n{folded}");
+    }
+    let err = smol
+        .render_request(&json!({"messages": [{"role": "user", "content": "hi"}], "top_p": 0}))
+        .expect_err("top_p 0 keeps no token");
+    assert_eq!(
+        err.to_string(),
+        "serve-model, request field top_p: must be greater than 0"
+    );
+
+    // The tiny Qwen3 also answers over HTTP, whatever noise it writes.
+    let server = serve(qwen3, any_port(), &ServeOptions::default()).expect("the server starts");
+    let reply = client(&server.url(), 60.0, 0)
+        .complete(&req)
+        .expect("the server answers");
+    assert!((1..=4).contains(&reply.completion_tokens), "{reply:?}");
+    server.shutdown();
 }

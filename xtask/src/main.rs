@@ -187,7 +187,9 @@ fn main_job(root: &Path) -> Result<()> {
         "xtask: no display, so the quickstart trains headless: $ envace --store {} train {quickstart}",
         store.display()
     );
-    eprintln!("xtask: Ctrl-C stops after a checkpoint; `envace train {quickstart} --resume RUN` continues");
+    eprintln!(
+        "xtask: Ctrl-C stops after a checkpoint; `envace train {quickstart} --resume RUN` continues"
+    );
     let status = Command::new(&envace)
         .arg("--store")
         .arg(&store)

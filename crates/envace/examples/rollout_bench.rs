@@ -49,14 +49,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let corpus_tasks = task_pool(&config, &sources, TaskSplit::Train, 200, config.run.seed)?;
     let mut session = Session::create(config.clone(), run, writer, &corpus_tasks, sources)?;
     if let Some(dir) = value_of("--checkpoint") {
-        session.policy = Policy::load(std::path::Path::new(&dir), session.policy.device(), session.policy.dtype())?;
+        session.policy = Policy::load(
+            std::path::Path::new(&dir),
+            session.policy.device(),
+            session.policy.dtype(),
+        )?;
     }
-    let tasks = task_pool(&config, &session.sources, TaskSplit::Train, n_episodes, config.run.seed + 9)?;
+    let tasks = task_pool(
+        &config,
+        &session.sources,
+        TaskSplit::Train,
+        n_episodes,
+        config.run.seed + 9,
+    )?;
 
     let mut figures = Map::new();
     figures.insert("config".to_owned(), json!(config.run.name));
     figures.insert("n_episodes".to_owned(), json!(tasks.len()));
-    figures.insert("threads".to_owned(), json!(std::thread::available_parallelism().map_or(1, |n| n.get())));
+    figures.insert(
+        "threads".to_owned(),
+        json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    );
     for (actor, mode) in [
         ("policy", ResponseMode::Real),
         ("policy", ResponseMode::Rehearse),
@@ -90,20 +103,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let specs = specs(&tasks, &session)?;
         let mut cache = ResponseCache::new(8);
         let started = Instant::now();
-        let episodes = run_batch(specs, &settings, &session.codec, generator, None, session.judge.as_ref(), &mut cache)?;
+        let episodes = run_batch(
+            specs,
+            &settings,
+            &session.codec,
+            generator,
+            None,
+            session.judge.as_ref(),
+            &mut cache,
+        )?;
         let secs = started.elapsed().as_secs_f64();
         figures.insert(format!("{actor}_{}", mode.name()), summary(&episodes, secs));
     }
     let ratio = |key: &str, field: &str| -> Option<f64> {
         let real = figures.get(&format!("{key}_real"))?.get(field)?.as_f64()?;
-        let rehearse = figures.get(&format!("{key}_rehearse"))?.get(field)?.as_f64()?;
+        let rehearse = figures
+            .get(&format!("{key}_rehearse"))?
+            .get(field)?
+            .as_f64()?;
         Some(rehearse / real)
     };
     let ratios = json!({
         "policy_rehearse_vs_real_episodes_per_min": ratio("policy", "episodes_per_min"),
         "oracle_rehearse_vs_real_episodes_per_min": ratio("oracle", "episodes_per_min"),
     });
-    println!("{}", json!({"bench": "rollout", "figures": Value::Object(figures), "ratios": ratios}));
+    println!(
+        "{}",
+        json!({"bench": "rollout", "figures": Value::Object(figures), "ratios": ratios})
+    );
     Ok(())
 }
 
@@ -132,7 +159,13 @@ fn summary(episodes: &[EpisodeRecord], secs: f64) -> Value {
         .iter()
         .flat_map(|e| e.samples[1..].iter().map(|s| s.tokens.len()))
         .collect();
-    let mean = |v: &[usize]| if v.is_empty() { 0.0 } else { v.iter().sum::<usize>() as f64 / v.len() as f64 };
+    let mean = |v: &[usize]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<usize>() as f64 / v.len() as f64
+        }
+    };
     json!({
         "secs": secs,
         "episodes_per_min": episodes.len() as f64 * 60.0 / secs.max(1e-9),

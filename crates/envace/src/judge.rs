@@ -107,8 +107,17 @@ impl LlmJudge {
         }
     }
 
+    /// The same judge with at most `max_tokens` per verdict.
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
     /// The judge's messages for one checklist.
-    pub fn messages(checklist: &crate::tasks::Checklist, trajectory: &[ChatMessage]) -> Vec<crate::openai::ChatMsg> {
+    pub fn messages(
+        checklist: &crate::tasks::Checklist,
+        trajectory: &[ChatMessage],
+    ) -> Vec<crate::openai::ChatMsg> {
         let mut conversation = String::new();
         for message in trajectory {
             let role = match message.role {
@@ -141,7 +150,10 @@ impl LlmJudge {
 /// `verdicts` array has one `{"index", "met"}` per standard, indices 0.. in order.
 pub fn parse_verdict(text: &str, n_standards: usize) -> std::result::Result<Vec<bool>, String> {
     let mut body = text.trim();
-    if let Some(rest) = body.strip_prefix("```json").or_else(|| body.strip_prefix("```")) {
+    if let Some(rest) = body
+        .strip_prefix("```json")
+        .or_else(|| body.strip_prefix("```"))
+    {
         body = rest.trim().strip_suffix("```").unwrap_or(rest).trim();
     }
     let value: Value =
@@ -176,7 +188,8 @@ impl EpisodeJudge for LlmJudge {
         let mut turn_scores = Vec::with_capacity(task.checklists.len());
         let mut details = Vec::new();
         for checklist in &task.checklists {
-            let mut request = crate::openai::ChatRequest::new(Self::messages(checklist, trajectory));
+            let mut request =
+                crate::openai::ChatRequest::new(Self::messages(checklist, trajectory));
             request.temperature = Some(0.0);
             request.max_tokens = Some(self.max_tokens);
             request.response_format_json = true;
@@ -214,30 +227,6 @@ impl EpisodeJudge for LlmJudge {
     }
 }
 
-/// An OpenAI-compatible endpoint as the external simulator: the rehearse prompt goes out as
-/// chat messages, the reply's text comes back to the strict parser.
-impl crate::rollout::Simulator for crate::openai::ChatClient {
-    fn simulate(&self, messages: &[Value]) -> std::result::Result<String, String> {
-        let messages = messages
-            .iter()
-            .map(|m| {
-                let content = m["content"].as_str().unwrap_or_default().to_owned();
-                match m["role"].as_str() {
-                    Some("system") => crate::openai::ChatMsg::system(content),
-                    Some("assistant") => crate::openai::ChatMsg::assistant(content),
-                    _ => crate::openai::ChatMsg::user(content),
-                }
-            })
-            .collect();
-        let mut request = crate::openai::ChatRequest::new(messages);
-        request.temperature = Some(0.0);
-        request.max_tokens = Some(512);
-        self.complete(&request)
-            .map(|reply| reply.content)
-            .map_err(|failure| failure.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,7 +235,10 @@ mod tests {
     fn verdicts_parse_strictly() {
         let ok = "{\"verdicts\": [{\"index\": 0, \"met\": true, \"reason\": \"x\"}, {\"index\": 1, \"met\": false}]}";
         assert_eq!(parse_verdict(ok, 2), Ok(vec![true, false]));
-        assert_eq!(parse_verdict(&format!("```json\n{ok}\n```"), 2), Ok(vec![true, false]));
+        assert_eq!(
+            parse_verdict(&format!("```json\n{ok}\n```"), 2),
+            Ok(vec![true, false])
+        );
         for (bad, n) in [
             ("yes", 1),
             ("{\"verdict\": []}", 1),

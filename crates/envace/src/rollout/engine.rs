@@ -26,6 +26,10 @@ use super::record::{
     TurnRecord,
 };
 
+/// The error code recorded for a call the external simulator could not answer (the episode is
+/// masked).
+pub const SIMULATOR_UNAVAILABLE: &str = "SIMULATOR_UNAVAILABLE";
+
 /// The error code of a call over the per-turn limit.
 pub const TOO_MANY_TOOL_CALLS: &str = "TOO_MANY_TOOL_CALLS";
 
@@ -879,6 +883,13 @@ fn answer_external(lives: &mut [Live], jobs: Vec<Pending>, simulator: &dyn Simul
                 }
             }
             Err(reason) => {
+                if let Some(call) = live
+                    .turns
+                    .last_mut()
+                    .and_then(|t| t.calls.iter_mut().find(|c| c.call_idx == job.call_idx))
+                {
+                    call.response = error_json(SIMULATOR_UNAVAILABLE, &reason);
+                }
                 if live.end.is_none() {
                     live.end = Some(EndReason::Fault {
                         reason: format!("external simulator: {reason}"),
@@ -906,6 +917,7 @@ fn finish_turn(
     for call in &mut turn.calls {
         if let (Some(real), ResponseSource::Rehearse | ResponseSource::External) =
             (&call.real, call.source)
+            && error_code(&call.response) != Some(SIMULATOR_UNAVAILABLE)
         {
             call.scores = Some(fidelity::score(&call.response, real));
         }

@@ -33,9 +33,45 @@ mod record;
 
 pub use engine::{
     EpisodeSpec, GenOutput, GenRequest, Generator, OracleActor, PolicyGenerator, RealRehearser,
-    ResponseMode, RoleRouter, RolloutSettings, Scripted, Simulator, TokenCodec, run_batch,
+    ResponseMode, RoleRouter, RolloutSettings, SIMULATOR_UNAVAILABLE, Scripted, Simulator,
+    TOO_MANY_TOOL_CALLS, TokenCodec, run_batch,
 };
 pub use record::{
     CallRecord, EndReason, EpisodeRecord, GenWindow, Label, Message, ResponseSource, Sample,
     TurnRecord, fidelity_rows, load_episodes, record_episodes,
 };
+
+/// An OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a llama.cpp server, `envace
+/// serve-model`) as the external simulator: the rehearse prompt goes out as chat messages at
+/// temperature 0, the reply's text comes back to the strict parser; a failed call (after the
+/// client's retries) masks the episode.
+#[derive(Debug, Clone)]
+pub struct EndpointSimulator {
+    /// The endpoint.
+    pub client: crate::openai::ChatClient,
+    /// Most tokens per answer.
+    pub max_tokens: u32,
+}
+
+impl Simulator for EndpointSimulator {
+    fn simulate(&self, messages: &[serde_json::Value]) -> std::result::Result<String, String> {
+        let messages = messages
+            .iter()
+            .map(|m| {
+                let content = m["content"].as_str().unwrap_or_default().to_owned();
+                match m["role"].as_str() {
+                    Some("system") => crate::openai::ChatMsg::system(content),
+                    Some("assistant") => crate::openai::ChatMsg::assistant(content),
+                    _ => crate::openai::ChatMsg::user(content),
+                }
+            })
+            .collect();
+        let mut request = crate::openai::ChatRequest::new(messages);
+        request.temperature = Some(0.0);
+        request.max_tokens = Some(self.max_tokens);
+        self.client
+            .complete(&request)
+            .map(|reply| reply.content)
+            .map_err(|failure| failure.to_string())
+    }
+}

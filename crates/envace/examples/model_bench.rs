@@ -11,6 +11,11 @@ use candle_core::{DType, Device};
 use envace::model::bench::{self, BenchOptions};
 use envace::model::{Gguf, Policy};
 
+/// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,
+/// and glibc's returns them to the kernel only to page-fault them back in.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();

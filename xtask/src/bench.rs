@@ -19,7 +19,8 @@
 //!
 //! Each peer also runs on one thread, and each ratio is taken against the peer's faster run:
 //! on a shared machine the peers' OpenMP threads spin-wait and collapse when another process
-//! holds a core, which would flatter us.
+//! holds a core, which would flatter us. Our quantised decoding gets the same two tries; our
+//! training runs on `n_threads` only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -89,7 +90,24 @@ pub fn model(root: &Path) -> Result<()> {
     )?;
     let torch = best_run(&torch_runs)?;
 
-    let q4 = find_decode(&ours, "smollm2_decode", "q4_1")?;
+    // Our Q4_1 decoding on one thread too, as the peer's: each side's faster run counts.
+    let mut q4_runs = vec![with_field(
+        find_decode(&ours, "smollm2_decode", "q4_1")?,
+        "n_threads",
+        json!(n_threads),
+    )];
+    if n_threads > 1 {
+        eprintln!("xtask: measuring ours, Q4_1 decoding (1 thread)");
+        let one = run_json(
+            Command::new(&ours_bin)
+                .args(["--only", "q4-decode"])
+                .env("RAYON_NUM_THREADS", "1")
+                .env("ENVACE_CACHE_DIR", gguf_cache_dir(&gguf)?),
+            &format!("{} --only q4-decode", ours_bin.display()),
+        )?;
+        q4_runs.push(with_field(&one, "n_threads", json!(1)));
+    }
+    let q4 = best_run(&q4_runs)?;
     let llama_cfg = json!({
         "gguf": gguf,
         "prompt": field(&ours, "smollm2_prompt")?,
@@ -137,13 +155,14 @@ pub fn model(root: &Path) -> Result<()> {
             },
             "q4_1_decode": {
                 "work": "identical on both sides: the same GGUF file and prompt ids, 2-token \
-                         warm-up, then prompt + n_tokens greedy tokens timed, batch 1; ours on \
-                         n_threads, the peer on n_threads and on 1, its faster run counts",
+                         warm-up, then prompt + n_tokens greedy tokens timed (fastest of 3), \
+                         batch 1; each side on n_threads and on 1, its faster run counts",
                 "gguf": gguf,
                 "ours_tokens_per_sec": ours_q4,
                 "llama_cpp_tokens_per_sec": llama_q4,
                 "greedy_agreement_tokens": agreement,
                 "ours": without(q4, "tokens"),
+                "ours_runs": q4_runs.iter().map(|run| without(run, "tokens")).collect::<Vec<_>>(),
                 "llama_cpp": without(llama, "tokens"),
                 "llama_cpp_runs": llama_runs.iter().map(|run| without(run, "tokens")).collect::<Vec<_>>(),
             },
@@ -421,6 +440,15 @@ fn leading_agreement(a: &Value, b: &Value) -> usize {
         (Some(a), Some(b)) => a.iter().zip(b).take_while(|(x, y)| x == y).count(),
         _ => 0,
     }
+}
+
+/// `value` with the field `key` set to `field`.
+fn with_field(value: &Value, key: &str, field: Value) -> Value {
+    let mut value = value.clone();
+    if let Value::Object(map) = &mut value {
+        map.insert(key.into(), field);
+    }
+    value
 }
 
 /// `value` without the field `key`.

@@ -56,10 +56,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("q4-decode") => {
             let gguf = Gguf::open(&envace::model::smollm2_gguf()?)?;
             let mut quantized = gguf.load_quantized(&Device::Cpu)?;
-            let name = "smollm2-135m q4_1";
+            let name = quantized.backend_name();
             let figures = bench::bench_quantized_decode(
                 &mut quantized,
-                name,
+                &name,
                 &bench::smollm2_prompt(),
                 options.n_decode_tokens,
             )?;

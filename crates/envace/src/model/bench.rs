@@ -327,13 +327,23 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
         let gguf = Gguf::open(&super::smollm2_gguf()?)?;
         let prompt = smollm2_prompt();
         let mut quantized = gguf.load_quantized(&device)?;
+        let name = format!("smollm2-135m q4_1 ({})", quantized.backend_name());
         smollm2_decode.push(bench_quantized_decode(
             &mut quantized,
-            "smollm2-135m q4_1",
+            &name,
             &prompt,
             options.n_decode_tokens,
         )?);
         drop(quantized);
+        let mut reference = gguf.load_quantized_candle(&device)?;
+        let name = format!("smollm2-135m q4_1 reference ({})", reference.backend_name());
+        smollm2_decode.push(bench_quantized_decode(
+            &mut reference,
+            &name,
+            &prompt,
+            options.n_decode_tokens,
+        )?);
+        drop(reference);
         let policy = gguf.load_policy(&device, DType::F32)?;
         smollm2_decode.push(bench_decode(
             &policy,

@@ -480,32 +480,69 @@ mod avx2 {
         x_scales: &[f32],
         x_sums: &[f32],
     ) -> f32 {
-        let low_nibble = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        // Two accumulators, so consecutive blocks' multiply-adds do not wait on each other.
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut min_terms = 0f32;
-        for b in 0..n {
-            // SAFETY: block `b` lies inside both slices (checked by the caller); unaligned
-            // loads are used.
-            let (packed, xs) = unsafe {
+        let (w_scales, w_mins) = (&w_scales[..n], &w_mins[..n]);
+        let (x_scales, x_sums) = (&x_scales[..n], &x_sums[..n]);
+        // Two accumulators in registers, so consecutive blocks' multiply-adds do not wait on
+        // each other.
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b + 1 < n {
+            let scale0 = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            let scale1 = _mm256_set1_ps(w_scales[b + 1] * x_scales[b + 1]);
+            acc0 = _mm256_fmadd_ps(scale0, q4_1_block(w_codes, x_codes, b), acc0);
+            acc1 = _mm256_fmadd_ps(scale1, q4_1_block(w_codes, x_codes, b + 1), acc1);
+            b += 2;
+        }
+        if b < n {
+            let scale = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            acc0 = _mm256_fmadd_ps(scale, q4_1_block(w_codes, x_codes, b), acc0);
+        }
+        horizontal_sum(_mm256_add_ps(acc0, acc1)) + dot_f32(w_mins, x_sums)
+    }
+
+    /// The 32 code × activation products of Q4_1 block `b`, summed into 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn q4_1_block(w_codes: &[u8], x_codes: &[i8], b: usize) -> __m256 {
+        // SAFETY: block `b` lies inside both slices (the caller checked their lengths against
+        // the number of blocks); the loads are unaligned.
+        let (packed, xs) = unsafe {
+            (
+                _mm_loadu_si128(w_codes.as_ptr().add(b * BLOCK / 2).cast()),
+                _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
+            )
+        };
+        // Low nibbles are weights 0..16, high nibbles weights 16..32: the same order as the 32
+        // activation codes.
+        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        let codes = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+        // u8 × i8 pairs summed to i16 (at most 2 · 15 · 128, no saturation), then to i32.
+        let pairs = _mm256_maddubs_epi16(codes, xs);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    /// `Σ a[i] · b[i]` over the shorter slice, eight at a time.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` and both slices hold at least `n` values.
+            let (va, vb) = unsafe {
                 (
-                    _mm_loadu_si128(w_codes.as_ptr().add(b * BLOCK / 2).cast()),
-                    _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
+                    _mm256_loadu_ps(a.as_ptr().add(i)),
+                    _mm256_loadu_ps(b.as_ptr().add(i)),
                 )
             };
-            // Low nibbles are weights 0..16, high nibbles weights 16..32: the same order as
-            // the 32 activation codes.
-            let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
-            let codes = _mm256_and_si256(both, low_nibble);
-            // u8 × i8 pairs summed to i16 (at most 2 · 15 · 128, no saturation), then to i32.
-            let pairs = _mm256_maddubs_epi16(codes, xs);
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            let slot = b & 1;
-            acc[slot] = _mm256_fmadd_ps(_mm256_set1_ps(w_scales[b] * x_scales[b]), sums, acc[slot]);
-            min_terms += w_mins[b] * x_sums[b];
+            acc = _mm256_fmadd_ps(va, vb, acc);
+            i += 8;
         }
-        horizontal_sum(_mm256_add_ps(acc[0], acc[1])) + min_terms
+        let mut total = horizontal_sum(acc);
+        for j in i..n {
+            total += a[j] * b[j];
+        }
+        total
     }
 
     /// Q8_0 · Q8_1 (see [`super::dot_q8_0_scalar`]).
@@ -532,22 +569,38 @@ mod avx2 {
         x_codes: &[i8],
         x_scales: &[f32],
     ) -> f32 {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = _mm256_setzero_ps();
-        for b in 0..n {
-            // SAFETY: block `b` lies inside both slices (checked by the caller).
-            let (ws, xs) = unsafe {
-                (
-                    _mm256_loadu_si256(w_codes.as_ptr().add(b * BLOCK).cast()),
-                    _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
-                )
-            };
-            // maddubs wants one unsigned operand: |w| times x with w's sign moved onto x.
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(xs, ws));
-            let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(w_scales[b] * x_scales[b]), sums, acc);
+        let w_scales = &w_scales[..n];
+        let x_scales = &x_scales[..n];
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b + 1 < n {
+            let scale0 = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            let scale1 = _mm256_set1_ps(w_scales[b + 1] * x_scales[b + 1]);
+            acc0 = _mm256_fmadd_ps(scale0, q8_0_block(w_codes, x_codes, b), acc0);
+            acc1 = _mm256_fmadd_ps(scale1, q8_0_block(w_codes, x_codes, b + 1), acc1);
+            b += 2;
         }
-        horizontal_sum(acc)
+        if b < n {
+            let scale = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            acc0 = _mm256_fmadd_ps(scale, q8_0_block(w_codes, x_codes, b), acc0);
+        }
+        horizontal_sum(_mm256_add_ps(acc0, acc1))
+    }
+
+    /// The 32 products of Q8_0 block `b` with the activation codes, summed into 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn q8_0_block(w_codes: &[u8], x_codes: &[i8], b: usize) -> __m256 {
+        // SAFETY: block `b` lies inside both slices (the caller checked their lengths).
+        let (ws, xs) = unsafe {
+            (
+                _mm256_loadu_si256(w_codes.as_ptr().add(b * BLOCK).cast()),
+                _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
+            )
+        };
+        // maddubs wants one unsigned operand: |w| times x with w's sign moved onto x.
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(xs, ws));
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
     }
 
     #[target_feature(enable = "avx2,fma")]

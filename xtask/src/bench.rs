@@ -161,6 +161,10 @@ pub fn model(root: &Path) -> Result<()> {
                 "ours_tokens_per_sec": ours_q4,
                 "llama_cpp_tokens_per_sec": llama_q4,
                 "greedy_agreement_tokens": agreement,
+                // candle-transformers' quantized_llama on the same work: the path our own
+                // kernels replaced, for comparison.
+                "candle_quantized_llama_tokens_per_sec":
+                    number(find_decode(&ours, "smollm2_decode", "reference")?, "tokens_per_sec")?,
                 "ours": without(q4, "tokens"),
                 "ours_runs": q4_runs.iter().map(|run| without(run, "tokens")).collect::<Vec<_>>(),
                 "llama_cpp": without(llama, "tokens"),

@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("q4-decode") => {
             let gguf = Gguf::open(&envace::model::smollm2_gguf()?)?;
             let mut quantized = gguf.load_quantized(&Device::Cpu)?;
-            let name = quantized.backend_name();
+            let name = format!("smollm2-135m q4_1 ({})", quantized.backend_name());
             let figures = bench::bench_quantized_decode(
                 &mut quantized,
                 &name,

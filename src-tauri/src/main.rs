@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use envace_studio::StudioState;
 
+/// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,
+/// and glibc's returns them to the kernel only to page-fault them back in.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// EnvACE Studio: set up, run and compare world-rehearsal experiments.
 #[derive(Debug, Parser)]
 #[command(name = "envace-studio", version)]

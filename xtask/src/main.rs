@@ -1,5 +1,6 @@
 //! Project automation behind `cargo xtask`: set up the machine, run the main job, run every test.
 
+mod bench;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,10 @@ commands:
   run          set up, build, and run the main job (the studio on the quickstart
                experiment, or the same run headless when no display is present)
   test         set up, then run every check and test (what CI runs)
-  bench NAME   measure ours against a peer; prints one JSON object
+  bench NAME   measure ours against its peers; prints one JSON object as the last
+               line of stdout and writes target/bench/NAME.json. Benchmarks:
+                 model  policy training vs PyTorch, SmolLM2 Q4_1 decoding vs
+                        llama.cpp, batched vs single-stream decoding
 ";
 
 fn main() {
@@ -33,7 +37,7 @@ fn run() -> Result<()> {
         Some("setup") => setup::ensure_all(),
         Some("run") => main_job(&root),
         Some("test") => test_all(),
-        Some("bench") => bench(args.get(1).map(String::as_str)),
+        Some("bench") => run_bench(&root, args.get(1).map(String::as_str)),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -53,7 +57,7 @@ fn repo_root() -> Result<PathBuf> {
 }
 
 /// Runs a command, echoing it first; fails with the command line when it fails.
-fn cargo(args: &[&str]) -> Result<()> {
+pub(crate) fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: $ cargo {}", args.join(" "));
     let status = Command::new(&cargo)
@@ -207,11 +211,12 @@ fn main_job(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn bench(name: Option<&str>) -> Result<()> {
-    // Benchmarks land with the issues that set their targets (model, rollout, quickstart); each
-    // prints one JSON object and writes it to target/bench/NAME.json.
+fn run_bench(root: &Path, name: Option<&str>) -> Result<()> {
+    // Each benchmark prints one JSON object and writes it to target/bench/NAME.json; the others
+    // (rollout, quickstart) land with the issues that set their targets.
     match name {
-        None => bail!("usage: cargo xtask bench NAME; no benchmarks are defined yet"),
-        Some(name) => bail!("no benchmark named {name:?}; none are defined yet"),
+        Some("model") => bench::model(root),
+        None => bail!("usage: cargo xtask bench NAME; the benchmarks are: model"),
+        Some(name) => bail!("no benchmark named {name:?}; the benchmarks are: model"),
     }
 }

@@ -11,6 +11,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,
+/// and glibc's returns them to the kernel only to page-fault them back in.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// EnvACE Studio from the command line: validate experiment configs, inspect and export runs,
 /// call and serve the built-in environments, serve a model as an OpenAI-compatible endpoint.
 #[derive(Debug, Parser)]

@@ -3,24 +3,71 @@
 //! in Q4_1 and dequantized f32.
 //!
 //! `cargo run --release -p envace --example model_bench [-- --quick] [--no-smollm2]`
+//!
+//! For profiling one part alone: `-- --only tiny-decode` (single-stream and batched decoding of
+//! the tiny model) or `-- --only q4-decode` (SmolLM2 on our quantised kernels).
 
+use candle_core::{DType, Device};
 use envace::model::bench::{self, BenchOptions};
+use envace::model::{Gguf, Policy};
+
+/// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,
+/// and glibc's returns them to the kernel only to page-fault them back in.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();
-    for arg in &args {
+    let mut only = None;
+    let mut args_iter = args.iter();
+    while let Some(arg) = args_iter.next() {
         match arg.as_str() {
+            "--only" => only = args_iter.next().cloned(),
             "--quick" => {
                 options.n_train_steps = 1;
                 options.n_decode_tokens = 16;
             }
             "--no-smollm2" => options.smollm2 = false,
             other => {
-                return Err(
-                    format!("unknown argument {other:?}; use --quick or --no-smollm2").into(),
-                );
+                return Err(format!(
+                    "unknown argument {other:?}; use --quick, --no-smollm2 or --only PART"
+                )
+                .into());
             }
+        }
+    }
+    match only.as_deref() {
+        None => {}
+        Some("tiny-decode") => {
+            let tiny = Policy::init(bench::tiny_default_config()?, 0, &Device::Cpu, DType::F32)?;
+            for batch in [1, options.decode_batch] {
+                let figures = bench::bench_decode(
+                    &tiny,
+                    "tiny-qwen3 f32",
+                    batch,
+                    16,
+                    options.n_decode_tokens,
+                )?;
+                println!("{}", serde_json::to_string(&figures)?);
+            }
+            return Ok(());
+        }
+        Some("q4-decode") => {
+            let gguf = Gguf::open(&envace::model::smollm2_gguf()?)?;
+            let mut quantized = gguf.load_quantized(&Device::Cpu)?;
+            let name = format!("smollm2-135m q4_1 ({})", quantized.backend_name());
+            let figures = bench::bench_quantized_decode(
+                &mut quantized,
+                &name,
+                &bench::smollm2_prompt(),
+                options.n_decode_tokens,
+            )?;
+            println!("{}", serde_json::to_string(&figures)?);
+            return Ok(());
+        }
+        Some(other) => {
+            return Err(format!("unknown part {other:?}; use tiny-decode or q4-decode").into());
         }
     }
     let figures = bench::run(&options)?;

@@ -1,6 +1,7 @@
 //! GGUF checkpoints (llama.cpp's format; SmolLM2-135M-Instruct ships as one): the model config,
 //! tokenizer and chat template from the metadata, the weights dequantized into a trainable
-//! [`Policy`], or kept quantized for fast inference ([`QuantizedLlama`]).
+//! [`Policy`], or kept quantized for fast inference ([`QuantizedLlama`]: our own Q4_1 / Q8_0
+//! kernels on the CPU, candle-transformers' `quantized_llama` elsewhere).
 //!
 //! llama.cpp's converter stores `attn_q` / `attn_k` rows permuted for its interleaved RoPE;
 //! [`Gguf::load_policy`] undoes that, so the policy uses the Hugging Face (rotate-half) layout
@@ -11,10 +12,13 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 
+use super::qllama::{QLayer, QLlama};
+use super::quant::{QKind, QMatrix};
 use super::{Policy, TransformerConfig};
 use crate::config::Architecture;
 use crate::error::{Error, Result};
@@ -212,8 +216,25 @@ impl Gguf {
         Policy::from_tensors(cfg, tensors, device, dtype, &self.path)
     }
 
-    /// The weights kept quantized, for inference with candle's quantized matmuls.
+    /// The weights kept quantized, for inference. On the CPU, when every projection is Q4_1
+    /// or Q8_0, our own kernels run them (see `qllama.rs`); otherwise candle-transformers'
+    /// `quantized_llama` does ([`Gguf::load_quantized_candle`]).
     pub fn load_quantized(&self, device: &Device) -> Result<QuantizedLlama> {
+        if device.is_cpu()
+            && let Some(native) = self.load_native()?
+        {
+            return Ok(QuantizedLlama {
+                backend: Backend::Native(Box::new(native)),
+                device: device.clone(),
+                vocab_size: self.transformer_config()?.vocab_size,
+            });
+        }
+        self.load_quantized_candle(device)
+    }
+
+    /// The weights kept quantized, run by candle-transformers' `quantized_llama` (any device,
+    /// any quantisation); the reference our own kernels are compared with.
+    pub fn load_quantized_candle(&self, device: &Device) -> Result<QuantizedLlama> {
         let cfg = self.transformer_config()?;
         let mut reader = open_reader(&self.path)?;
         // `from_gguf` consumes the header, so read it again (it is small).
@@ -227,10 +248,108 @@ impl Gguf {
                 message: e.to_string(),
             })?;
         Ok(QuantizedLlama {
-            weights,
+            backend: Backend::Candle(Box::new(weights)),
             device: device.clone(),
             vocab_size: cfg.vocab_size,
         })
+    }
+
+    /// The model on our own quantised kernels, or `None` when a projection or the embedding is
+    /// in a quantisation they do not cover.
+    fn load_native(&self) -> Result<Option<QLlama>> {
+        let cfg = self.transformer_config()?;
+        if cfg.rope_scaling.is_some() {
+            return Ok(None);
+        }
+        let mut reader = open_reader(&self.path)?;
+        let weights_error = |name: &str, message: String| Error::Weights {
+            path: self.path.clone(),
+            message: format!("tensor {name}: {message}"),
+        };
+        let mut read = |name: &str| {
+            self.content
+                .tensor(&mut reader, name, &Device::Cpu)
+                .map_err(|e| weights_error(name, e.to_string()))
+        };
+        let mut matrix = |name: &str| -> Result<Option<QMatrix>> {
+            let tensor = read(name)?;
+            let kind = match tensor.dtype() {
+                GgmlDType::Q4_1 => QKind::Q4_1,
+                GgmlDType::Q8_0 => QKind::Q8_0,
+                _ => return Ok(None),
+            };
+            let (rows, cols) = tensor
+                .shape()
+                .dims2()
+                .map_err(|e| weights_error(name, e.to_string()))?;
+            let bytes = tensor
+                .data()
+                .map_err(|e| weights_error(name, e.to_string()))?;
+            QMatrix::from_gguf_bytes(kind, rows, cols, &bytes)
+                .map(Some)
+                .map_err(|e| weights_error(name, e))
+        };
+        let Some(embed) = matrix("token_embd.weight")? else {
+            return Ok(None);
+        };
+        let head = if self.content.tensor_infos.contains_key("output.weight") {
+            match matrix("output.weight")? {
+                Some(head) => Some(head),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        let mut projections = Vec::new();
+        for idx in 0..cfg.n_layers {
+            let mut layer = Vec::new();
+            for part in [
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            ] {
+                match matrix(&format!("blk.{idx}.{part}.weight"))? {
+                    Some(m) => layer.push(m),
+                    None => return Ok(None),
+                }
+            }
+            projections.push(layer);
+        }
+        let vector = |name: &str| -> Result<Vec<f32>> {
+            let mut reader = open_reader(&self.path)?;
+            self.content
+                .tensor(&mut reader, name, &Device::Cpu)
+                .and_then(|q| q.dequantize(&Device::Cpu))
+                .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
+                .map_err(|e| weights_error(name, e.to_string()))
+        };
+        let mut layers = Vec::new();
+        for (idx, parts) in projections.into_iter().enumerate() {
+            let [q, k, v, o, gate, up, down] = <[QMatrix; 7]>::try_from(parts)
+                .map_err(|_| weights_error(&format!("blk.{idx}"), "missing projections".into()))?;
+            let stack = |name: &str, parts: &[QMatrix]| {
+                QMatrix::stack(parts).map_err(|e| weights_error(&format!("blk.{idx}.{name}"), e))
+            };
+            layers.push(QLayer {
+                attn_norm: vector(&format!("blk.{idx}.attn_norm.weight"))?,
+                qkv: stack("attn_q/k/v", &[q, k, v])?,
+                attn_output: o,
+                ffn_norm: vector(&format!("blk.{idx}.ffn_norm.weight"))?,
+                gate_up: stack("ffn_gate/up", &[gate, up])?,
+                ffn_down: down,
+            });
+        }
+        let final_norm = vector("output_norm.weight")?;
+        QLlama::new(&cfg, embed, head, final_norm, layers)
+            .map(Some)
+            .map_err(|e| Error::Weights {
+                path: self.path.clone(),
+                message: e,
+            })
     }
 
     fn value(&self, key: &str) -> Result<&Value> {
@@ -345,17 +464,26 @@ pub fn unpermute_rope_rows(weight: &Tensor, n_heads: usize) -> candle_core::Resu
         .reshape((rows, cols))
 }
 
-/// A Llama kept in its GGUF quantization (candle-transformers' `quantized_llama`): inference
-/// only, one sequence at a time, with its own KV cache.
+/// A Llama kept in its GGUF quantization: inference only, one sequence at a time, with its own
+/// KV cache. See [`Gguf::load_quantized`] for which implementation runs it.
 pub struct QuantizedLlama {
-    weights: ModelWeights,
+    backend: Backend,
     device: Device,
     vocab_size: usize,
+}
+
+/// Who runs a [`QuantizedLlama`].
+enum Backend {
+    /// Our own kernels (CPU).
+    Native(Box<QLlama>),
+    /// candle-transformers' `quantized_llama`.
+    Candle(Box<ModelWeights>),
 }
 
 impl std::fmt::Debug for QuantizedLlama {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuantizedLlama")
+            .field("backend", &self.backend_name())
             .field("device", &self.device)
             .field("vocab_size", &self.vocab_size)
             .finish_non_exhaustive()
@@ -367,13 +495,29 @@ impl QuantizedLlama {
     /// in the cache (`past = 0` starts afresh).
     pub fn forward(&mut self, tokens: &[u32], past: usize) -> Result<Vec<f32>> {
         let context = "quantized llama forward";
-        let input = Tensor::new(tokens, &self.device)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(|e| Error::candle(context, e))?;
-        self.weights
-            .forward(&input, past)
-            .and_then(|t| t.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>())
-            .map_err(|e| Error::candle(context, e))
+        match &mut self.backend {
+            Backend::Native(model) => model.forward(tokens, past).map_err(|message| Error::Data {
+                source_name: context.to_owned(),
+                message,
+            }),
+            Backend::Candle(weights) => {
+                let input = Tensor::new(tokens, &self.device)
+                    .and_then(|t| t.unsqueeze(0))
+                    .map_err(|e| Error::candle(context, e))?;
+                weights
+                    .forward(&input, past)
+                    .and_then(|t| t.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>())
+                    .map_err(|e| Error::candle(context, e))
+            }
+        }
+    }
+
+    /// Which implementation runs the model, e.g. `native Avx2` or `candle quantized_llama`.
+    pub fn backend_name(&self) -> String {
+        match &self.backend {
+            Backend::Native(model) => format!("native {:?}", model.kernel()),
+            Backend::Candle(_) => "candle quantized_llama".to_owned(),
+        }
     }
 
     /// Greedy decoding of one prompt, up to `max_new_tokens`; stops after one of

@@ -21,6 +21,8 @@ pub mod bench;
 mod gguf;
 mod layers;
 mod llama;
+mod qllama;
+pub mod quant;
 mod qwen3;
 
 pub use assets::{

@@ -1,0 +1,730 @@
+//! Quantised weight matrices for CPU decoding of GGUF models: Q4_1 and Q8_0 rows multiplied by
+//! activations quantised to Q8_1, with an AVX2 kernel chosen at run time
+//! (`is_x86_feature_detected!`) and a scalar reference that every other path is tested against.
+//!
+//! The layouts follow ggml. A Q4_1 block holds 32 weights as a scale `d`, a minimum `m` and 16
+//! bytes of 4-bit codes (the low nibble of byte `j` is weight `j`, the high nibble weight
+//! `j + 16`), each weight being `d * code + m`. A Q8_0 block holds a scale and 32 signed bytes.
+//! A Q8_1 activation block holds a scale `d`, the sum `s = d * Σ q` and 32 signed bytes, so a
+//! Q4_1 dot product is `d_w * d_a * Σ code * q + m_w * s_a` per block. Scales are widened to f32
+//! once, when a matrix is loaded.
+
+// `std::arch` loads read through raw pointers and calling a `#[target_feature]` function needs
+// `unsafe`; both are confined to the AVX2 kernels below, which check every length first.
+#![allow(unsafe_code)]
+
+use half::f16;
+use rayon::prelude::*;
+
+/// Weights per quantisation block (Q4_1, Q8_0 and Q8_1 alike).
+pub const BLOCK: usize = 32;
+
+/// Which quantisation a [`QMatrix`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QKind {
+    /// 4-bit codes with a scale and a minimum per block (20 bytes in GGUF).
+    Q4_1,
+    /// 8-bit signed codes with a scale per block (34 bytes in GGUF).
+    Q8_0,
+}
+
+impl QKind {
+    /// Bytes of one block in a GGUF file.
+    pub fn gguf_block_bytes(self) -> usize {
+        match self {
+            QKind::Q4_1 => 4 + BLOCK / 2,
+            QKind::Q8_0 => 2 + BLOCK,
+        }
+    }
+
+    /// Bytes of codes per block in a [`QMatrix`].
+    fn code_bytes(self) -> usize {
+        match self {
+            QKind::Q4_1 => BLOCK / 2,
+            QKind::Q8_0 => BLOCK,
+        }
+    }
+}
+
+/// A row-major `(n_rows, n_cols)` weight matrix in Q4_1 or Q8_0, each row a whole number of
+/// blocks.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    kind: QKind,
+    n_rows: usize,
+    n_cols: usize,
+    /// Per block, row-major.
+    scales: Vec<f32>,
+    /// Per block (Q4_1 only; empty for Q8_0).
+    mins: Vec<f32>,
+    /// `code_bytes` per block.
+    codes: Vec<u8>,
+}
+
+impl QMatrix {
+    /// Parses GGUF block bytes of a `(n_rows, n_cols)` matrix; `Err` says what does not fit.
+    pub fn from_gguf_bytes(
+        kind: QKind,
+        n_rows: usize,
+        n_cols: usize,
+        bytes: &[u8],
+    ) -> Result<Self, String> {
+        if !n_cols.is_multiple_of(BLOCK) {
+            return Err(format!(
+                "{n_cols} columns are not a whole number of {BLOCK}-weight blocks"
+            ));
+        }
+        let n_blocks = n_rows * n_cols / BLOCK;
+        let block_bytes = kind.gguf_block_bytes();
+        if bytes.len() != n_blocks * block_bytes {
+            return Err(format!(
+                "{} bytes of {kind:?} data, expected {} for ({n_rows}, {n_cols})",
+                bytes.len(),
+                n_blocks * block_bytes
+            ));
+        }
+        let mut scales = Vec::with_capacity(n_blocks);
+        let mut mins = Vec::new();
+        let mut codes = Vec::with_capacity(n_blocks * kind.code_bytes());
+        let half = |lo: u8, hi: u8| f16::from_le_bytes([lo, hi]).to_f32();
+        for block in bytes.chunks_exact(block_bytes) {
+            scales.push(half(block[0], block[1]));
+            match kind {
+                QKind::Q4_1 => {
+                    mins.push(half(block[2], block[3]));
+                    codes.extend_from_slice(&block[4..]);
+                }
+                QKind::Q8_0 => codes.extend_from_slice(&block[2..]),
+            }
+        }
+        Ok(QMatrix {
+            kind,
+            n_rows,
+            n_cols,
+            scales,
+            mins,
+            codes,
+        })
+    }
+
+    /// Quantises a row-major f32 matrix the way ggml's reference quantisers do (for tests and
+    /// for building matrices in code).
+    pub fn quantize(kind: QKind, n_rows: usize, n_cols: usize, values: &[f32]) -> Self {
+        assert_eq!(
+            values.len(),
+            n_rows * n_cols,
+            "values do not fill the matrix"
+        );
+        assert!(
+            n_cols.is_multiple_of(BLOCK),
+            "columns must fill whole blocks"
+        );
+        let mut m = QMatrix {
+            kind,
+            n_rows,
+            n_cols,
+            scales: Vec::new(),
+            mins: Vec::new(),
+            codes: Vec::new(),
+        };
+        for block in values.chunks_exact(BLOCK) {
+            match kind {
+                QKind::Q4_1 => {
+                    let min = block.iter().copied().fold(f32::INFINITY, f32::min);
+                    let max = block.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let d = f16::from_f32((max - min) / 15.0).to_f32();
+                    let min = f16::from_f32(min).to_f32();
+                    let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+                    m.scales.push(d);
+                    m.mins.push(min);
+                    for j in 0..BLOCK / 2 {
+                        let code = |x: f32| ((x - min) * inv + 0.5).clamp(0.0, 15.0) as u8;
+                        m.codes
+                            .push(code(block[j]) | (code(block[j + BLOCK / 2]) << 4));
+                    }
+                }
+                QKind::Q8_0 => {
+                    let amax = block.iter().fold(0f32, |a, &x| a.max(x.abs()));
+                    let d = f16::from_f32(amax / 127.0).to_f32();
+                    let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+                    m.scales.push(d);
+                    m.codes.extend(
+                        block
+                            .iter()
+                            .map(|&x| (x * inv).round().clamp(-127.0, 127.0) as i8 as u8),
+                    );
+                }
+            }
+        }
+        m
+    }
+
+    /// Rows (outputs).
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+
+    /// Columns (inputs).
+    pub fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+
+    /// The quantisation.
+    pub fn kind(&self) -> QKind {
+        self.kind
+    }
+
+    /// Stacks matrices of the same kind and width on top of each other (e.g. q, k and v
+    /// projections into one product).
+    pub fn stack(parts: &[QMatrix]) -> Result<QMatrix, String> {
+        let Some(first) = parts.first() else {
+            return Err("nothing to stack".to_owned());
+        };
+        let mut out = QMatrix {
+            kind: first.kind,
+            n_rows: 0,
+            n_cols: first.n_cols,
+            scales: Vec::new(),
+            mins: Vec::new(),
+            codes: Vec::new(),
+        };
+        for part in parts {
+            if (part.kind, part.n_cols) != (first.kind, first.n_cols) {
+                return Err(format!(
+                    "cannot stack a {:?} matrix of {} columns on a {:?} one of {}",
+                    part.kind, part.n_cols, first.kind, first.n_cols
+                ));
+            }
+            out.n_rows += part.n_rows;
+            out.scales.extend_from_slice(&part.scales);
+            out.mins.extend_from_slice(&part.mins);
+            out.codes.extend_from_slice(&part.codes);
+        }
+        Ok(out)
+    }
+
+    /// Reorders rows: row `i` of the result is row `order[i]` of `self`.
+    pub fn permute_rows(&self, order: &[usize]) -> QMatrix {
+        let blocks_per_row = self.n_cols / BLOCK;
+        let code_bytes = self.kind.code_bytes();
+        let mut out = QMatrix {
+            kind: self.kind,
+            n_rows: order.len(),
+            n_cols: self.n_cols,
+            scales: Vec::with_capacity(self.scales.len()),
+            mins: Vec::with_capacity(self.mins.len()),
+            codes: Vec::with_capacity(self.codes.len()),
+        };
+        for &row in order {
+            let blocks = row * blocks_per_row..(row + 1) * blocks_per_row;
+            out.scales.extend_from_slice(&self.scales[blocks.clone()]);
+            if !self.mins.is_empty() {
+                out.mins.extend_from_slice(&self.mins[blocks.clone()]);
+            }
+            out.codes
+                .extend_from_slice(&self.codes[blocks.start * code_bytes..blocks.end * code_bytes]);
+        }
+        out
+    }
+
+    /// Row `row` dequantised into `out` (`n_cols` values), e.g. an embedding lookup.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        let blocks_per_row = self.n_cols / BLOCK;
+        let code_bytes = self.kind.code_bytes();
+        for (b, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let block = row * blocks_per_row + b;
+            let codes = &self.codes[block * code_bytes..(block + 1) * code_bytes];
+            let d = self.scales[block];
+            match self.kind {
+                QKind::Q4_1 => {
+                    let m = self.mins[block];
+                    for j in 0..BLOCK / 2 {
+                        chunk[j] = d * f32::from(codes[j] & 0x0F) + m;
+                        chunk[j + BLOCK / 2] = d * f32::from(codes[j] >> 4) + m;
+                    }
+                }
+                QKind::Q8_0 => {
+                    for (x, &c) in chunk.iter_mut().zip(codes) {
+                        *x = d * f32::from(c as i8);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The whole matrix as f32 (tests).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.n_rows * self.n_cols];
+        for (row, chunk) in out.chunks_exact_mut(self.n_cols.max(1)).enumerate() {
+            self.dequantize_row(row, chunk);
+        }
+        out
+    }
+}
+
+/// Rows of activations quantised to Q8_1: per block a scale, `d * Σ q` and 32 codes.
+#[derive(Debug, Clone, Default)]
+pub struct Q8Rows {
+    n_rows: usize,
+    n_cols: usize,
+    scales: Vec<f32>,
+    sums: Vec<f32>,
+    codes: Vec<i8>,
+}
+
+impl Q8Rows {
+    /// Quantises a row-major `(n_rows, n_cols)` f32 matrix (ggml's `quantize_row_q8_1`, with the
+    /// scales kept in f32).
+    pub fn quantize(n_rows: usize, n_cols: usize, values: &[f32]) -> Self {
+        assert_eq!(values.len(), n_rows * n_cols, "values do not fill the rows");
+        assert!(
+            n_cols.is_multiple_of(BLOCK),
+            "columns must fill whole blocks"
+        );
+        let n_blocks = values.len() / BLOCK;
+        let mut rows = Q8Rows {
+            n_rows,
+            n_cols,
+            scales: Vec::with_capacity(n_blocks),
+            sums: Vec::with_capacity(n_blocks),
+            codes: Vec::with_capacity(values.len()),
+        };
+        for block in values.chunks_exact(BLOCK) {
+            let amax = block.iter().fold(0f32, |a, &x| a.max(x.abs()));
+            let d = amax / 127.0;
+            let inv = if d == 0.0 { 0.0 } else { 1.0 / d };
+            let mut sum = 0i32;
+            for &x in block {
+                let q = (x * inv).round() as i8;
+                sum += i32::from(q);
+                rows.codes.push(q);
+            }
+            rows.scales.push(d);
+            rows.sums.push(d * sum as f32);
+        }
+        rows
+    }
+}
+
+/// Which dot-product kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Portable Rust, the reference.
+    Scalar,
+    /// AVX2 + FMA (x86-64, detected at run time).
+    Avx2,
+}
+
+/// The fastest kernel this CPU supports.
+pub fn best_kernel() -> Kernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            return Kernel::Avx2;
+        }
+    }
+    Kernel::Scalar
+}
+
+/// `out (m, n) = x (m, k) · wᵀ` with `w: (n, k)` quantised, `x` already quantised to Q8_1;
+/// rows of `w` are shared out over rayon's threads.
+pub fn matmul(w: &QMatrix, x: &Q8Rows, out: &mut [f32], kernel: Kernel) {
+    assert_eq!(w.n_cols, x.n_cols, "matmul: inner dimensions differ");
+    let (m, n) = (x.n_rows, w.n_rows);
+    assert_eq!(out.len(), m * n, "matmul: output is not (m, n)");
+    let blocks_per_row = w.n_cols / BLOCK;
+    // Each task computes a run of weight rows against every activation row, so each weight
+    // block is read once; results are written transposed and laid out afterwards.
+    let rows_per_task = (n / (4 * rayon::current_num_threads().max(1))).clamp(16, 256);
+    if m == 1 {
+        // One activation row (a decode step): the output row is already in row order.
+        out.par_chunks_mut(rows_per_task)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                let row0 = task * rows_per_task;
+                for (r, result) in chunk.iter_mut().enumerate() {
+                    *result = dot_row(w, row0 + r, x, 0, blocks_per_row, kernel);
+                }
+            });
+        return;
+    }
+    let mut out_t = vec![0f32; n * m];
+    out_t
+        .par_chunks_mut(rows_per_task * m)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            let row0 = task * rows_per_task;
+            for (r, results) in chunk.chunks_exact_mut(m).enumerate() {
+                let row = row0 + r;
+                for (i, result) in results.iter_mut().enumerate() {
+                    *result = dot_row(w, row, x, i, blocks_per_row, kernel);
+                }
+            }
+        });
+    for (row, results) in out_t.chunks_exact(m.max(1)).enumerate() {
+        for (i, &v) in results.iter().enumerate() {
+            out[i * n + row] = v;
+        }
+    }
+}
+
+/// Dot product of weight row `row` with activation row `i`.
+fn dot_row(w: &QMatrix, row: usize, x: &Q8Rows, i: usize, n_blocks: usize, kernel: Kernel) -> f32 {
+    let wb = row * n_blocks..(row + 1) * n_blocks;
+    let xb = i * n_blocks..(i + 1) * n_blocks;
+    let w_scales = &w.scales[wb.clone()];
+    let x_scales = &x.scales[xb.clone()];
+    let x_codes = &x.codes[xb.start * BLOCK..xb.end * BLOCK];
+    match w.kind {
+        QKind::Q4_1 => {
+            let w_mins = &w.mins[wb.clone()];
+            let w_codes = &w.codes[wb.start * BLOCK / 2..wb.end * BLOCK / 2];
+            let x_sums = &x.sums[xb];
+            match kernel {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => {
+                    avx2::dot_q4_1(w_codes, w_scales, w_mins, x_codes, x_scales, x_sums)
+                }
+                _ => dot_q4_1_scalar(w_codes, w_scales, w_mins, x_codes, x_scales, x_sums),
+            }
+        }
+        QKind::Q8_0 => {
+            let w_codes = &w.codes[wb.start * BLOCK..wb.end * BLOCK];
+            match kernel {
+                #[cfg(target_arch = "x86_64")]
+                Kernel::Avx2 => avx2::dot_q8_0(w_codes, w_scales, x_codes, x_scales),
+                _ => dot_q8_0_scalar(w_codes, w_scales, x_codes, x_scales),
+            }
+        }
+    }
+}
+
+/// Q4_1 · Q8_1 over whole blocks, the reference every faster kernel is tested against.
+pub fn dot_q4_1_scalar(
+    w_codes: &[u8],
+    w_scales: &[f32],
+    w_mins: &[f32],
+    x_codes: &[i8],
+    x_scales: &[f32],
+    x_sums: &[f32],
+) -> f32 {
+    let mut total = 0f32;
+    for b in 0..w_scales.len() {
+        let codes = &w_codes[b * BLOCK / 2..(b + 1) * BLOCK / 2];
+        let xs = &x_codes[b * BLOCK..(b + 1) * BLOCK];
+        let mut sum = 0i32;
+        for j in 0..BLOCK / 2 {
+            sum += i32::from(codes[j] & 0x0F) * i32::from(xs[j]);
+            sum += i32::from(codes[j] >> 4) * i32::from(xs[j + BLOCK / 2]);
+        }
+        total += w_scales[b] * x_scales[b] * sum as f32 + w_mins[b] * x_sums[b];
+    }
+    total
+}
+
+/// Q8_0 · Q8_1 over whole blocks (the reference).
+pub fn dot_q8_0_scalar(w_codes: &[u8], w_scales: &[f32], x_codes: &[i8], x_scales: &[f32]) -> f32 {
+    let mut total = 0f32;
+    for b in 0..w_scales.len() {
+        let codes = &w_codes[b * BLOCK..(b + 1) * BLOCK];
+        let xs = &x_codes[b * BLOCK..(b + 1) * BLOCK];
+        let sum: i32 = codes
+            .iter()
+            .zip(xs)
+            .map(|(&c, &x)| i32::from(c as i8) * i32::from(x))
+            .sum();
+        total += w_scales[b] * x_scales[b] * sum as f32;
+    }
+    total
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    //! The AVX2 + FMA kernels; callers have checked that the CPU has both.
+
+    use std::arch::x86_64::*;
+
+    use super::BLOCK;
+
+    /// Q4_1 · Q8_1 (see [`super::dot_q4_1_scalar`]).
+    pub(super) fn dot_q4_1(
+        w_codes: &[u8],
+        w_scales: &[f32],
+        w_mins: &[f32],
+        x_codes: &[i8],
+        x_scales: &[f32],
+        x_sums: &[f32],
+    ) -> f32 {
+        let n = w_scales.len();
+        assert!(
+            w_codes.len() >= n * BLOCK / 2
+                && w_mins.len() >= n
+                && x_codes.len() >= n * BLOCK
+                && x_scales.len() >= n
+                && x_sums.len() >= n,
+            "dot_q4_1: slices shorter than {n} blocks"
+        );
+        // SAFETY: `super::best_kernel` selects this kernel only when the CPU reports AVX2 and
+        // FMA, and the lengths were checked above.
+        unsafe { dot_q4_1_impl(n, w_codes, w_scales, w_mins, x_codes, x_scales, x_sums) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_q4_1_impl(
+        n: usize,
+        w_codes: &[u8],
+        w_scales: &[f32],
+        w_mins: &[f32],
+        x_codes: &[i8],
+        x_scales: &[f32],
+        x_sums: &[f32],
+    ) -> f32 {
+        let (w_scales, w_mins) = (&w_scales[..n], &w_mins[..n]);
+        let (x_scales, x_sums) = (&x_scales[..n], &x_sums[..n]);
+        // Two accumulators in registers, so consecutive blocks' multiply-adds do not wait on
+        // each other.
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b + 1 < n {
+            let scale0 = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            let scale1 = _mm256_set1_ps(w_scales[b + 1] * x_scales[b + 1]);
+            acc0 = _mm256_fmadd_ps(scale0, q4_1_block(w_codes, x_codes, b), acc0);
+            acc1 = _mm256_fmadd_ps(scale1, q4_1_block(w_codes, x_codes, b + 1), acc1);
+            b += 2;
+        }
+        if b < n {
+            let scale = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            acc0 = _mm256_fmadd_ps(scale, q4_1_block(w_codes, x_codes, b), acc0);
+        }
+        horizontal_sum(_mm256_add_ps(acc0, acc1)) + dot_f32(w_mins, x_sums)
+    }
+
+    /// The 32 code × activation products of Q4_1 block `b`, summed into 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn q4_1_block(w_codes: &[u8], x_codes: &[i8], b: usize) -> __m256 {
+        // SAFETY: block `b` lies inside both slices (the caller checked their lengths against
+        // the number of blocks); the loads are unaligned.
+        let (packed, xs) = unsafe {
+            (
+                _mm_loadu_si128(w_codes.as_ptr().add(b * BLOCK / 2).cast()),
+                _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
+            )
+        };
+        // Low nibbles are weights 0..16, high nibbles weights 16..32: the same order as the 32
+        // activation codes.
+        let both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        let codes = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+        // u8 × i8 pairs summed to i16 (at most 2 · 15 · 128, no saturation), then to i32.
+        let pairs = _mm256_maddubs_epi16(codes, xs);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    /// `Σ a[i] · b[i]` over the shorter slice, eight at a time.
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` and both slices hold at least `n` values.
+            let (va, vb) = unsafe {
+                (
+                    _mm256_loadu_ps(a.as_ptr().add(i)),
+                    _mm256_loadu_ps(b.as_ptr().add(i)),
+                )
+            };
+            acc = _mm256_fmadd_ps(va, vb, acc);
+            i += 8;
+        }
+        let mut total = horizontal_sum(acc);
+        for j in i..n {
+            total += a[j] * b[j];
+        }
+        total
+    }
+
+    /// Q8_0 · Q8_1 (see [`super::dot_q8_0_scalar`]).
+    pub(super) fn dot_q8_0(
+        w_codes: &[u8],
+        w_scales: &[f32],
+        x_codes: &[i8],
+        x_scales: &[f32],
+    ) -> f32 {
+        let n = w_scales.len();
+        assert!(
+            w_codes.len() >= n * BLOCK && x_codes.len() >= n * BLOCK && x_scales.len() >= n,
+            "dot_q8_0: slices shorter than {n} blocks"
+        );
+        // SAFETY: as for `dot_q4_1`.
+        unsafe { dot_q8_0_impl(n, w_codes, w_scales, x_codes, x_scales) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_q8_0_impl(
+        n: usize,
+        w_codes: &[u8],
+        w_scales: &[f32],
+        x_codes: &[i8],
+        x_scales: &[f32],
+    ) -> f32 {
+        let w_scales = &w_scales[..n];
+        let x_scales = &x_scales[..n];
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut b = 0;
+        while b + 1 < n {
+            let scale0 = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            let scale1 = _mm256_set1_ps(w_scales[b + 1] * x_scales[b + 1]);
+            acc0 = _mm256_fmadd_ps(scale0, q8_0_block(w_codes, x_codes, b), acc0);
+            acc1 = _mm256_fmadd_ps(scale1, q8_0_block(w_codes, x_codes, b + 1), acc1);
+            b += 2;
+        }
+        if b < n {
+            let scale = _mm256_set1_ps(w_scales[b] * x_scales[b]);
+            acc0 = _mm256_fmadd_ps(scale, q8_0_block(w_codes, x_codes, b), acc0);
+        }
+        horizontal_sum(_mm256_add_ps(acc0, acc1))
+    }
+
+    /// The 32 products of Q8_0 block `b` with the activation codes, summed into 8 lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn q8_0_block(w_codes: &[u8], x_codes: &[i8], b: usize) -> __m256 {
+        // SAFETY: block `b` lies inside both slices (the caller checked their lengths).
+        let (ws, xs) = unsafe {
+            (
+                _mm256_loadu_si256(w_codes.as_ptr().add(b * BLOCK).cast()),
+                _mm256_loadu_si256(x_codes.as_ptr().add(b * BLOCK).cast()),
+            )
+        };
+        // maddubs wants one unsigned operand: |w| times x with w's sign moved onto x.
+        let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(xs, ws));
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn horizontal_sum(v: __m256) -> f32 {
+        let halves = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let pairs = _mm_add_ps(halves, _mm_movehl_ps(halves, halves));
+        let one = _mm_add_ss(pairs, _mm_shuffle_ps(pairs, pairs, 1));
+        _mm_cvtss_f32(one)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1) (SplitMix64-style hashing of the index and a seed).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        (0..n as u64)
+            .map(|i| {
+                let mut z = (i ^ seed.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// f32 reference: the dequantised weights times the dequantised activations.
+    fn reference(w: &QMatrix, x: &Q8Rows) -> Vec<f32> {
+        let wf = w.dequantize();
+        let k = w.n_cols;
+        let xf: Vec<f32> = x
+            .codes
+            .iter()
+            .enumerate()
+            .map(|(idx, &q)| x.scales[idx / BLOCK] * f32::from(q))
+            .collect();
+        let mut out = vec![0f32; x.n_rows * w.n_rows];
+        for i in 0..x.n_rows {
+            for r in 0..w.n_rows {
+                out[i * w.n_rows + r] = (0..k)
+                    .map(|c| f64::from(wf[r * k + c]) * f64::from(xf[i * k + c]))
+                    .sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_kernel_matches_the_reference_over_many_shapes() {
+        let shapes = [
+            (1, 1, 32),
+            (1, 3, 64),
+            (2, 17, 96),
+            (1, 64, 576),
+            (5, 40, 1536),
+            (32, 300, 576),
+            (3, 1000, 64),
+        ];
+        let kernels = if best_kernel() == Kernel::Avx2 {
+            vec![Kernel::Scalar, Kernel::Avx2]
+        } else {
+            eprintln!("no AVX2 on this CPU: only the scalar kernel is checked");
+            vec![Kernel::Scalar]
+        };
+        for (seed, &(m, n, k)) in shapes.iter().enumerate() {
+            for kind in [QKind::Q4_1, QKind::Q8_0] {
+                let w = QMatrix::quantize(kind, n, k, &values(n * k, seed as u64));
+                let mut xs = values(m * k, 1000 + seed as u64);
+                // Large and all-zero blocks too.
+                xs.iter_mut().take(BLOCK).for_each(|x| *x *= 100.0);
+                if m > 1 {
+                    xs[k..k + BLOCK].iter_mut().for_each(|x| *x = 0.0);
+                }
+                let x = Q8Rows::quantize(m, k, &xs);
+                let expected = reference(&w, &x);
+                let mut scalar = vec![0f32; m * n];
+                matmul(&w, &x, &mut scalar, Kernel::Scalar);
+                for &kernel in &kernels {
+                    let mut got = vec![0f32; m * n];
+                    matmul(&w, &x, &mut got, kernel);
+                    for (idx, (&g, &e)) in got.iter().zip(&expected).enumerate() {
+                        let tolerance = 1e-4 * (1.0 + e.abs()) * (k as f32).sqrt();
+                        assert!(
+                            (g - e).abs() <= tolerance,
+                            "{kind:?} {kernel:?} ({m}, {n}, {k}) out[{idx}] = {g}, expected {e}"
+                        );
+                        // The integer sums are exact, so kernels differ only by float order.
+                        let s = scalar[idx];
+                        assert!(
+                            (g - s).abs() <= 1e-5 * (1.0 + s.abs()) * (k as f32).sqrt(),
+                            "{kind:?} {kernel:?} ({m}, {n}, {k}) out[{idx}] = {g}, scalar {s}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gguf_bytes_parse_and_rows_permute_stack_and_dequantize() {
+        // One Q4_1 row of one block: d = 0.5, m = -1, codes j → j % 16 (low) and 15 - j (high).
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        bytes.extend_from_slice(&f16::from_f32(-1.0).to_le_bytes());
+        bytes.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let w = QMatrix::from_gguf_bytes(QKind::Q4_1, 1, 32, &bytes).unwrap();
+        let row = w.dequantize();
+        assert_eq!(row[0], -1.0);
+        assert_eq!(row[15], 0.5 * 15.0 - 1.0);
+        assert_eq!(row[16], 0.5 * 15.0 - 1.0);
+        assert_eq!(row[31], -1.0);
+        let err = QMatrix::from_gguf_bytes(QKind::Q4_1, 2, 32, &bytes).unwrap_err();
+        assert!(err.contains("20 bytes of Q4_1 data, expected 40"), "{err}");
+
+        let a = QMatrix::quantize(QKind::Q8_0, 3, 64, &values(192, 7));
+        let stacked = QMatrix::stack(&[a.clone(), a.clone()]).unwrap();
+        assert_eq!(stacked.n_rows(), 6);
+        let swapped = stacked.permute_rows(&[5, 0]);
+        let full = stacked.dequantize();
+        assert_eq!(
+            swapped.dequantize(),
+            [&full[320..384], &full[0..64]].concat()
+        );
+        let other = QMatrix::quantize(QKind::Q4_1, 1, 64, &values(64, 8));
+        assert!(QMatrix::stack(&[a, other]).is_err());
+    }
+}

@@ -1,0 +1,486 @@
+//! `cargo xtask bench model`: our policy layer measured against PyTorch and llama.cpp in one
+//! run, printed as one JSON object (the last line of stdout) and written to
+//! `target/bench/model.json`.
+//!
+//! Our side is the `model_bench` example in release (`envace::model::bench`). The peers run in
+//! a Python virtual environment this command creates once under `target/bench/venv`, with
+//! pinned `torch` (PyPI's CUDA build, run on the CPU) and `llama-cpp-python` (built from
+//! source as a plain CPU build, about ten minutes here). Benchmarks only: neither CI nor
+//! `cargo xtask test` ever installs them.
+//!
+//! The work is identical on both sides of each comparison:
+//! - training: the same tiny Qwen3 (sizes passed from our side to `bench/torch_train.py`), the
+//!   same token ids, batch and sequence length, f32, next-token cross-entropy, AdamW with the
+//!   same hyper-parameters, one warm-up step, then the same number of timed steps of forward,
+//!   backward and update, on the same number of threads;
+//! - quantized decoding: the same GGUF file, the same prompt ids, a two-token warm-up, then
+//!   prompt plus the same number of greedy tokens with no stop token, on the same threads
+//!   (`bench/llama_cpp_decode.py`).
+//!
+//! Each peer also runs on one thread, and each ratio is taken against the peer's faster run:
+//! on a shared machine the peers' OpenMP threads spin-wait and collapse when another process
+//! holds a core, which would flatter us. Our quantised decoding gets the same two tries; our
+//! training runs on `n_threads` only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// The peers' pinned Python packages.
+const TORCH: &str = "torch==2.15.0";
+const NUMPY: &str = "numpy==2.4.6";
+const LLAMA_CPP: &str = "llama-cpp-python==0.3.36";
+/// A plain CPU build of llama.cpp: no GPU backend and no BLAS, tuned for this CPU (llama.cpp's
+/// default).
+const LLAMA_CPP_CMAKE_ARGS: &str =
+    "-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=ON";
+
+/// Targets of issue #4, as (ratio name, target).
+const TARGET_TRAIN_VS_PYTORCH: f64 = 1.0;
+const TARGET_Q4_1_VS_LLAMA_CPP: f64 = 0.8;
+const TARGET_BATCH16_VS_SINGLE: f64 = 6.0;
+
+/// Runs `cargo xtask bench model` from the repository root.
+pub fn model(root: &Path) -> Result<()> {
+    let n_threads = bench_threads()?;
+    let gguf = std::fs::canonicalize(smollm2_gguf()?)
+        .context("cannot resolve the path of the SmolLM2 GGUF")?;
+    let venv = ensure_venv(&root.join("target").join("bench").join("venv"))?;
+    let load_start = load_avg();
+
+    crate::cargo(&[
+        "build",
+        "--locked",
+        "--release",
+        "--package",
+        "envace",
+        "--example",
+        "model_bench",
+    ])?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let ours_bin = target.join("release").join("examples").join("model_bench");
+    // RAYON_NUM_THREADS also spares candle 0.11.1 from counting physical cores (reading
+    // /proc/cpuinfo) on every matmul, which otherwise makes single-stream decoding of the tiny
+    // model about four times slower.
+    eprintln!("xtask: measuring ours ({n_threads} threads)");
+    let ours = run_json(
+        Command::new(&ours_bin)
+            .env("RAYON_NUM_THREADS", n_threads.to_string())
+            .env("ENVACE_CACHE_DIR", gguf_cache_dir(&gguf)?),
+        &format!("{}", ours_bin.display()),
+    )?;
+
+    let train = field(&ours, "tiny_train")?;
+    let model_cfg = field(&ours, "tiny_config")?;
+    let mut torch_cfg = model_cfg.clone();
+    if let Value::Object(map) = &mut torch_cfg {
+        for key in ["batch", "seq_len", "n_steps"] {
+            map.insert(key.into(), field(train, key)?.clone());
+        }
+    }
+    let torch_runs = peer_runs(
+        &venv,
+        &root.join("xtask/bench/torch_train.py"),
+        &torch_cfg,
+        n_threads,
+    )?;
+    let torch = best_run(&torch_runs)?;
+
+    // Our Q4_1 decoding on one thread too, as the peer's: each side's faster run counts.
+    let mut q4_runs = vec![with_field(
+        find_decode(&ours, "smollm2_decode", "q4_1")?,
+        "n_threads",
+        json!(n_threads),
+    )];
+    if n_threads > 1 {
+        eprintln!("xtask: measuring ours, Q4_1 decoding (1 thread)");
+        let one = run_json(
+            Command::new(&ours_bin)
+                .args(["--only", "q4-decode"])
+                .env("RAYON_NUM_THREADS", "1")
+                .env("ENVACE_CACHE_DIR", gguf_cache_dir(&gguf)?),
+            &format!("{} --only q4-decode", ours_bin.display()),
+        )?;
+        q4_runs.push(with_field(&one, "n_threads", json!(1)));
+    }
+    let q4 = best_run(&q4_runs)?;
+    let llama_cfg = json!({
+        "gguf": gguf,
+        "prompt": field(&ours, "smollm2_prompt")?,
+        "n_new": field(q4, "n_tokens")?,
+    });
+    let llama_runs = peer_runs(
+        &venv,
+        &root.join("xtask/bench/llama_cpp_decode.py"),
+        &llama_cfg,
+        n_threads,
+    )?;
+    let llama = best_run(&llama_runs)?;
+    let load_end = load_avg();
+
+    let single = find_decode_batch(&ours, 1)?;
+    let batched = find_decode_batch_max(&ours)?;
+    let f32_decode = find_decode(&ours, "smollm2_decode", "f32")?;
+    let agreement = leading_agreement(field(q4, "tokens")?, field(llama, "tokens")?);
+
+    let ours_train = number(train, "tokens_per_sec")?;
+    let torch_train = number(torch, "tokens_per_sec")?;
+    let ours_q4 = number(q4, "tokens_per_sec")?;
+    let llama_q4 = number(llama, "tokens_per_sec")?;
+    let single_tps = number(single, "tokens_per_sec")?;
+    let batched_tps = number(batched, "tokens_per_sec")?;
+
+    let result = json!({
+        "bench": "model",
+        "figures": {
+            "n_threads": n_threads,
+            "n_cpus": std::thread::available_parallelism().map_or(0, usize::from),
+            "load_avg_start": load_start,
+            "load_avg_end": load_end,
+            "train": {
+                "work": "identical on both sides: this tiny Qwen3 in f32, the same token ids, \
+                         next-token cross-entropy, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, \
+                         weight decay 0.01) step included, 1 warm-up step then n_steps timed; \
+                         ours on n_threads, the peer on n_threads and on 1, its faster run counts",
+                "config": model_cfg,
+                "ours_tokens_per_sec": ours_train,
+                "pytorch_tokens_per_sec": torch_train,
+                "ours": train,
+                "pytorch": torch,
+                "pytorch_runs": torch_runs,
+            },
+            "q4_1_decode": {
+                "work": "identical on both sides: the same GGUF file and prompt ids, 2-token \
+                         warm-up, then prompt + n_tokens greedy tokens timed (fastest of 3), \
+                         batch 1; each side on n_threads and on 1, its faster run counts",
+                "gguf": gguf,
+                "ours_tokens_per_sec": ours_q4,
+                "llama_cpp_tokens_per_sec": llama_q4,
+                "greedy_agreement_tokens": agreement,
+                // candle-transformers' quantized_llama on the same work: the path our own
+                // kernels replaced, for comparison.
+                "candle_quantized_llama_tokens_per_sec":
+                    number(find_decode(&ours, "smollm2_decode", "reference")?, "tokens_per_sec")?,
+                "ours": without(q4, "tokens"),
+                "ours_runs": q4_runs.iter().map(|run| without(run, "tokens")).collect::<Vec<_>>(),
+                "llama_cpp": without(llama, "tokens"),
+                "llama_cpp_runs": llama_runs.iter().map(|run| without(run, "tokens")).collect::<Vec<_>>(),
+            },
+            "tiny_decode": {
+                "single_tokens_per_sec": single_tps,
+                "batched_tokens_per_sec": batched_tps,
+                "single": without(single, "tokens"),
+                "batched": batched,
+            },
+            "smollm2_f32_decode_tokens_per_sec": number(f32_decode, "tokens_per_sec")?,
+        },
+        "ratios": {
+            "train_vs_pytorch": ratio(ours_train, torch_train, TARGET_TRAIN_VS_PYTORCH),
+            "q4_1_decode_vs_llama_cpp": ratio(ours_q4, llama_q4, TARGET_Q4_1_VS_LLAMA_CPP),
+            "batch16_vs_single": ratio(batched_tps, single_tps, TARGET_BATCH16_VS_SINGLE),
+        },
+    });
+    let out_dir = root.join("target").join("bench");
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let out_path = out_dir.join("model.json");
+    let line = result.to_string();
+    std::fs::write(&out_path, format!("{line}\n"))
+        .with_context(|| format!("cannot write {}", out_path.display()))?;
+    eprintln!("xtask: wrote {}", out_path.display());
+    println!("{line}");
+    Ok(())
+}
+
+/// Runs a peer script on `n_threads` threads and, when that is more than one, on one thread
+/// too: on a shared machine the peers' OpenMP threads spin-wait and can collapse when a core is
+/// busy, so each ratio is taken against the peer's faster run (conservative for us; ours runs
+/// on `n_threads` only).
+fn peer_runs(python: &Path, script: &Path, cfg: &Value, n_threads: usize) -> Result<Vec<Value>> {
+    let name = script.file_name().map_or_else(
+        || script.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut runs = Vec::new();
+    for threads in [n_threads, 1] {
+        if threads == 1 && n_threads == 1 && !runs.is_empty() {
+            break;
+        }
+        let mut cfg = cfg.clone();
+        if let Value::Object(map) = &mut cfg {
+            map.insert("n_threads".into(), json!(threads));
+        }
+        eprintln!("xtask: measuring {name} ({threads} threads)");
+        runs.push(run_json(
+            Command::new(python).arg(script).arg(cfg.to_string()),
+            &format!("xtask/bench/{name}"),
+        )?);
+    }
+    Ok(runs)
+}
+
+/// The run with the most tokens per second.
+fn best_run(runs: &[Value]) -> Result<&Value> {
+    runs.iter()
+        .max_by(|a, b| {
+            let speed = |v: &Value| {
+                v.get("tokens_per_sec")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0)
+            };
+            speed(a).total_cmp(&speed(b))
+        })
+        .context("a peer produced no run")
+}
+
+/// Threads for every side: `$ENVACE_BENCH_THREADS`, else the CPUs available.
+fn bench_threads() -> Result<usize> {
+    match std::env::var("ENVACE_BENCH_THREADS") {
+        Ok(text) if !text.is_empty() => {
+            text.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .with_context(|| {
+                    format!("ENVACE_BENCH_THREADS={text:?} is not a positive number of threads")
+                })
+        }
+        _ => Ok(std::thread::available_parallelism().map_or(1, usize::from)),
+    }
+}
+
+/// The SmolLM2 GGUF in the cache folder, or an error saying to run `cargo xtask setup`.
+fn smollm2_gguf() -> Result<PathBuf> {
+    let path = crate::setup::cache_dir()
+        .join("models")
+        .join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.is_file() {
+        bail!(
+            "{} is missing: the model benchmark decodes SmolLM2-135M-Instruct from it; run \
+             `cargo xtask setup` first (or point ENVACE_CACHE_DIR at a cache folder that holds it)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The cache folder holding `gguf` (`<cache>/models/<file>`), for our side to read it from.
+fn gguf_cache_dir(gguf: &Path) -> Result<PathBuf> {
+    gguf.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .with_context(|| format!("{} is not inside a cache folder", gguf.display()))
+}
+
+/// The virtual environment's Python, creating the environment and installing the pinned
+/// peers when they are not there yet.
+fn ensure_venv(venv: &Path) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python");
+    let wanted = format!("{} {}", pinned_version(TORCH), pinned_version(LLAMA_CPP));
+    let probe =
+        "import torch, llama_cpp; print(torch.__version__.split('+')[0], llama_cpp.__version__)";
+    let installed = || {
+        Command::new(&python)
+            .args(["-c", probe])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    if installed().as_deref() == Some(wanted.as_str()) {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        let found = Command::new("python3").arg("--version").output();
+        if !found.is_ok_and(|out| out.status.success()) {
+            bail!(
+                "python3 is not installed; the model benchmark runs its PyTorch and llama.cpp \
+                 peers in Python (Debian: `apt-get install python3 python3-venv python3-pip`)"
+            );
+        }
+        eprintln!(
+            "xtask: creating the benchmark's Python environment {}",
+            venv.display()
+        );
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status()
+            .context("cannot run python3 -m venv")?;
+        if !status.success() || !python.is_file() {
+            bail!(
+                "`python3 -m venv {}` failed ({status}); install the venv module and pip \
+                 (Debian: `apt-get install python3-venv python3-pip`)",
+                venv.display()
+            );
+        }
+    }
+    eprintln!(
+        "xtask: installing {TORCH} and {NUMPY} into {} (PyPI's CUDA build, about 5 GB; it runs \
+         on the CPU)",
+        venv.display()
+    );
+    pip(&python, &[TORCH, NUMPY], &[])?;
+    eprintln!(
+        "xtask: building {LLAMA_CPP} from source as a plain CPU build (about ten minutes on two \
+         cores)"
+    );
+    pip(
+        &python,
+        &["--no-binary", "llama-cpp-python", LLAMA_CPP],
+        &[
+            ("CMAKE_ARGS", LLAMA_CPP_CMAKE_ARGS),
+            ("CMAKE_BUILD_PARALLEL_LEVEL", "2"),
+        ],
+    )?;
+    match installed() {
+        Some(found) if found == wanted => Ok(python),
+        found => bail!(
+            "after installing, {} reports torch and llama_cpp versions {found:?}, expected \
+             {wanted:?}; delete {} and run again",
+            python.display(),
+            venv.display()
+        ),
+    }
+}
+
+/// `pip install ARGS` with the virtual environment's Python.
+fn pip(python: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
+    let status = Command::new(python)
+        .args(["-m", "pip", "install", "--disable-pip-version-check"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .status()
+        .with_context(|| format!("cannot run {} -m pip", python.display()))?;
+    if !status.success() {
+        bail!(
+            "`pip install {}` failed ({status}); is pip available (Debian: `apt-get install \
+             python3-pip`) and PyPI reachable?",
+            args.join(" ")
+        );
+    }
+    Ok(())
+}
+
+/// `1.2.3` from `name==1.2.3`.
+fn pinned_version(requirement: &str) -> &str {
+    requirement
+        .split_once("==")
+        .map_or(requirement, |(_, version)| version)
+}
+
+/// Runs a command whose last stdout line is a JSON object, passing stderr through.
+fn run_json(command: &mut Command, what: &str) -> Result<Value> {
+    let out = command
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {what}"))?;
+    if !out.status.success() {
+        bail!("{what} failed ({})", out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Our side prints one pretty-printed object; the peers print one line.
+    let text = stdout.trim();
+    serde_json::from_str(text)
+        .or_else(|_| serde_json::from_str(text.lines().last().unwrap_or_default()))
+        .with_context(|| format!("{what} did not print a JSON object; it printed:\n{stdout}"))
+}
+
+fn field<'a>(value: &'a Value, key: &str) -> Result<&'a Value> {
+    value
+        .get(key)
+        .with_context(|| format!("the benchmark output has no field {key:?}: {value}"))
+}
+
+fn number(value: &Value, key: &str) -> Result<f64> {
+    field(value, key)?
+        .as_f64()
+        .with_context(|| format!("field {key:?} is not a number: {value}"))
+}
+
+/// The entry of the decode list `list` whose model name contains `model`.
+fn find_decode<'a>(ours: &'a Value, list: &str, model: &str) -> Result<&'a Value> {
+    field(ours, list)?
+        .as_array()
+        .and_then(|runs| {
+            runs.iter().find(|run| {
+                run.get("model")
+                    .and_then(Value::as_str)
+                    .is_some_and(|name| name.contains(model))
+            })
+        })
+        .with_context(|| format!("our {list} has no {model} run"))
+}
+
+/// The tiny model's decode run of `batch` rows.
+fn find_decode_batch(ours: &Value, batch: u64) -> Result<&Value> {
+    field(ours, "tiny_decode")?
+        .as_array()
+        .and_then(|runs| {
+            runs.iter()
+                .find(|run| run.get("batch").and_then(Value::as_u64) == Some(batch))
+        })
+        .with_context(|| format!("our tiny_decode has no batch-{batch} run"))
+}
+
+/// The tiny model's decode run with the most rows.
+fn find_decode_batch_max(ours: &Value) -> Result<&Value> {
+    field(ours, "tiny_decode")?
+        .as_array()
+        .and_then(|runs| {
+            runs.iter()
+                .max_by_key(|run| run.get("batch").and_then(Value::as_u64).unwrap_or(0))
+        })
+        .context("our tiny_decode is empty")
+}
+
+/// How many leading greedy tokens two runs share.
+fn leading_agreement(a: &Value, b: &Value) -> usize {
+    match (a.as_array(), b.as_array()) {
+        (Some(a), Some(b)) => a.iter().zip(b).take_while(|(x, y)| x == y).count(),
+        _ => 0,
+    }
+}
+
+/// `value` with the field `key` set to `field`.
+fn with_field(value: &Value, key: &str, field: Value) -> Value {
+    let mut value = value.clone();
+    if let Value::Object(map) = &mut value {
+        map.insert(key.into(), field);
+    }
+    value
+}
+
+/// `value` without the field `key`.
+fn without(value: &Value, key: &str) -> Value {
+    let mut value = value.clone();
+    if let Value::Object(map) = &mut value {
+        map.remove(key);
+    }
+    value
+}
+
+fn ratio(ours: f64, peer: f64, target: f64) -> Value {
+    let value = ours / peer;
+    json!({
+        "value": (value * 1000.0).round() / 1000.0,
+        "target": target,
+        "met": value >= target,
+    })
+}
+
+/// `/proc/loadavg`'s 1, 5 and 15 minute load averages (empty where there is none).
+fn load_avg() -> Vec<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

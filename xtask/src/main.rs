@@ -1,6 +1,7 @@
 //! Project automation behind `cargo xtask`: set up the machine, run the main job, run every test.
 
 mod bench;
+mod bench_runs;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -18,8 +19,11 @@ commands:
   test         set up, then run every check and test (what CI runs)
   bench NAME   measure ours against its peers; prints one JSON object as the last
                line of stdout and writes target/bench/NAME.json. Benchmarks:
-                 model  policy training vs PyTorch, SmolLM2 Q4_1 decoding vs
-                        llama.cpp, batched vs single-stream decoding
+                 model       policy training vs PyTorch, SmolLM2 Q4_1 decoding vs
+                             llama.cpp, batched vs single-stream decoding
+                 rollout     episodes/min and tokens/s, real vs rehearsed tool responses
+                 quickstart  wall time and held-out success: SFT only, real-environment
+                             GRPO and rehearsal GRPO on the same budget
 ";
 
 fn main() {
@@ -216,7 +220,13 @@ fn run_bench(root: &Path, name: Option<&str>) -> Result<()> {
     // (rollout, quickstart) land with the issues that set their targets.
     match name {
         Some("model") => bench::model(root),
-        None => bail!("usage: cargo xtask bench NAME; the benchmarks are: model"),
-        Some(name) => bail!("no benchmark named {name:?}; the benchmarks are: model"),
+        Some("rollout") => bench_runs::rollout(root),
+        Some("quickstart") => bench_runs::quickstart(root),
+        None => {
+            bail!("usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart")
+        }
+        Some(name) => {
+            bail!("no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart")
+        }
     }
 }

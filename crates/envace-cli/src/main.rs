@@ -237,6 +237,7 @@ enum TableArg {
 }
 
 fn main() -> ExitCode {
+    pin_compute_threads(None);
     let cli = Cli::parse();
     init_tracing(cli.verbose);
     match commands::run(cli) {
@@ -261,4 +262,25 @@ fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+/// Sets `RAYON_NUM_THREADS` (to `n_threads`, else to the available parallelism when it is
+/// unset): candle 0.11.1 otherwise counts physical cores by reading `/proc/cpuinfo` on every
+/// matmul, which made decoding about 4× slower here (see `xtask/src/bench.rs`).
+pub(crate) fn pin_compute_threads(n_threads: Option<usize>) {
+    let wanted = match n_threads {
+        Some(n) if n > 0 => n,
+        _ => {
+            if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+                return;
+            }
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }
+    };
+    // Writing the environment is only sound while no other thread reads it: this runs at the
+    // start of `main` and before the training controller starts its threads.
+    #[allow(unsafe_code)] // The one environment write of the process, single-threaded (above).
+    unsafe {
+        std::env::set_var("RAYON_NUM_THREADS", wanted.to_string());
+    }
 }

@@ -34,6 +34,9 @@ pub fn train(config_path: &Path, resume: Option<&str>, store_path: &Path) -> Res
         }
         None => None,
     };
+    if experiment.backend.n_threads > 0 {
+        crate::pin_compute_threads(Some(experiment.backend.n_threads as usize));
+    }
     let controller = Controller::start(JobSpec {
         config: experiment,
         config_toml: text,

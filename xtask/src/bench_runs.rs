@@ -1,0 +1,170 @@
+//! `cargo xtask bench rollout` and `cargo xtask bench quickstart`: the rollout engine's
+//! throughput per tool-response mode, and the quickstart's wall time and held-out success for
+//! SFT only, real-environment GRPO and rehearsal GRPO on the same budget, each measured in one
+//! run and printed as one JSON object (also written to `target/bench/NAME.json`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// Issue #6's target: rehearsal GRPO's held-out success within 15 minutes.
+const TARGET_REHEARSAL_SUCCESS: f64 = 0.6;
+const TARGET_WALL_SECS: f64 = 15.0 * 60.0;
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn threads() -> String {
+    std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .to_string()
+    })
+}
+
+fn write_result(root: &Path, name: &str, result: &Value) -> Result<()> {
+    let out_dir = root.join("target").join("bench");
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let out_path = out_dir.join(format!("{name}.json"));
+    let line = result.to_string();
+    std::fs::write(&out_path, format!("{line}\n"))
+        .with_context(|| format!("cannot write {}", out_path.display()))?;
+    eprintln!("xtask: wrote {}", out_path.display());
+    println!("{line}");
+    Ok(())
+}
+
+/// `cargo xtask bench rollout`: episodes per minute and generated tokens/s with the real
+/// environment and with rehearsal, on the quickstart config, in one run.
+pub fn rollout(root: &Path) -> Result<()> {
+    crate::cargo(&[
+        "build",
+        "--locked",
+        "--release",
+        "--package",
+        "envace",
+        "--example",
+        "rollout_bench",
+    ])?;
+    let bin = target_dir(root)
+        .join("release")
+        .join("examples")
+        .join("rollout_bench");
+    let out = Command::new(&bin)
+        .args(["--episodes", "16"])
+        .env("RAYON_NUM_THREADS", threads())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    if !out.status.success() {
+        bail!("{} failed ({})", bin.display(), out.status);
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("the rollout benchmark printed no JSON:\n{stdout}"))?;
+    write_result(root, "rollout", &result)
+}
+
+/// Trains `config` into a fresh store and returns (wall secs, the run's eval rows).
+fn train(envace: &Path, root: &Path, config: &str, store: &Path) -> Result<(f64, Vec<Value>)> {
+    if let Some(dir) = store.parent() {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)
+                .with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    eprintln!("xtask: $ envace --store {} train {config}", store.display());
+    let started = Instant::now();
+    let status = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .args(["train", config])
+        .current_dir(root)
+        .env("RAYON_NUM_THREADS", threads())
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let secs = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("training {config} failed ({status})");
+    }
+    let out = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .args(["runs", "show", "1", "--json"])
+        .output()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let shown: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("`envace runs show 1 --json` printed no JSON for {config}"))?;
+    let evals = shown
+        .get("eval_results")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    Ok((secs, evals))
+}
+
+/// The held-out success of the first or the last evaluation.
+fn success_at(evals: &[Value], first: bool) -> Option<f64> {
+    let mut rows: Vec<&Value> = evals
+        .iter()
+        .filter(|e| e.get("metric").and_then(Value::as_str) == Some("success"))
+        .collect();
+    rows.sort_by_key(|e| e.get("step").and_then(Value::as_u64).unwrap_or(0));
+    let row = if first { rows.first() } else { rows.last() }?;
+    row.get("value").and_then(Value::as_f64)
+}
+
+/// `cargo xtask bench quickstart`: the quickstart (rehearsal GRPO) and its real-environment
+/// baseline, same seed and budget; SFT only is the held-out success both runs measure before
+/// their first RL step.
+pub fn quickstart(root: &Path) -> Result<()> {
+    crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
+    let envace = target_dir(root).join("release").join("envace");
+    let bench_dir = root.join("target").join("bench").join("quickstart");
+    let (rehearse_secs, rehearse_evals) = train(
+        &envace,
+        root,
+        "assets/configs/quickstart.toml",
+        &bench_dir.join("rehearse").join("runs.sqlite"),
+    )?;
+    let (real_secs, real_evals) = train(
+        &envace,
+        root,
+        "assets/configs/real-env-baseline.toml",
+        &bench_dir.join("real").join("runs.sqlite"),
+    )?;
+    let sft_only = success_at(&rehearse_evals, true);
+    let rehearse = success_at(&rehearse_evals, false);
+    let real = success_at(&real_evals, false);
+    let met = rehearse.is_some_and(|r| r >= TARGET_REHEARSAL_SUCCESS)
+        && rehearse_secs <= TARGET_WALL_SECS
+        && rehearse.zip(real).is_some_and(|(r, b)| r >= b);
+    let result = json!({
+        "bench": "quickstart",
+        "figures": {
+            "threads": threads(),
+            "sft_only": {"held_out_success": sft_only},
+            "rehearsal_grpo": {"wall_secs": rehearse_secs, "held_out_success": rehearse, "evals": rehearse_evals},
+            "real_env_grpo": {"wall_secs": real_secs, "held_out_success": real, "evals": real_evals},
+        },
+        "ratios": {
+            "rehearsal_vs_real_success": rehearse.zip(real).map(|(r, b)| if b > 0.0 { r / b } else { f64::NAN }),
+            "target": {
+                "rehearsal_success_at_least": TARGET_REHEARSAL_SUCCESS,
+                "within_secs": TARGET_WALL_SECS,
+                "not_below_real": true,
+                "met": met,
+            },
+        },
+    });
+    write_result(root, "quickstart", &result)
+}

@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::fidelity::{self, Scores};
 use crate::model::{Policy, Sampling};
 use crate::rollout::{
-    EpisodeRecord, EpisodeSpec, Label, PolicyGenerator, ResponseMode, RolloutSettings,
+    EpisodeRecord, EpisodeSpec, Label, PolicyGenerator, ResponseMode, RolloutSettings, Simulator,
     record_episodes, run_batch,
 };
 use crate::store::{Batch, EvalRow, now_secs};
@@ -424,12 +424,13 @@ pub fn train(
             max_batch: 64,
         };
         let rollout_started = Instant::now();
+        let simulator = session.simulator.as_ref().map(|s| s as &dyn Simulator);
         let episodes = run_batch(
             specs,
             &settings,
             &session.codec,
             &mut generator,
-            None,
+            simulator,
             session.judge.as_ref(),
             &mut session.cache,
         )?;

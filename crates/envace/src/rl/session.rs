@@ -20,13 +20,16 @@ use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatTemplate;
-use crate::config::{Domain, ExperimentConfig, ModelSource, TaskSplit};
+use crate::config::{
+    Domain, ExperimentConfig, JudgeKind, ModelSource, TaskSplit, ToolResponseMode,
+};
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::error::{Error, Result};
-use crate::judge::{EpisodeJudge, RuleJudge};
+use crate::judge::{EpisodeJudge, LlmJudge, RuleJudge};
 use crate::model::{self, Gguf, Policy, TransformerConfig};
+use crate::openai::ChatClient;
 use crate::rehearse::{Example, ResponseCache, SYSTEM_PROMPT, execution_result_block};
-use crate::rollout::TokenCodec;
+use crate::rollout::{EndpointSimulator, TokenCodec};
 use crate::store::{CheckpointRow, RunId, RunWriter, now_secs};
 use crate::tasks::{self, GenConfig, GenSources, GenTask};
 use crate::tokenize;
@@ -73,6 +76,8 @@ pub struct Session {
     pub sources: GenSources,
     /// Decides episode scores.
     pub judge: Box<dyn EpisodeJudge + Send>,
+    /// The external simulator, when `[env].tool_response_mode = "external"`.
+    pub simulator: Option<EndpointSimulator>,
     /// Real responses for few-shot rehearse prompts.
     pub cache: ResponseCache,
     /// The phase the next step belongs to.
@@ -255,7 +260,8 @@ impl Session {
             Phase::Rl
         };
         Ok(Session {
-            judge: Box::new(RuleJudge::new(sources.clone())),
+            judge: make_judge(&config, &sources)?,
+            simulator: make_simulator(&config)?,
             config,
             run,
             writer,
@@ -330,7 +336,8 @@ impl Session {
             None
         };
         Ok(Session {
-            judge: Box::new(RuleJudge::new(sources.clone())),
+            judge: make_judge(&config, &sources)?,
+            simulator: make_simulator(&config)?,
             config,
             run,
             writer,
@@ -410,6 +417,38 @@ impl Session {
         }
         std::fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))
     }
+}
+
+/// The judge `[judge]` asks for: rules, or an LLM behind `[judge.endpoint]`.
+fn make_judge(
+    config: &ExperimentConfig,
+    sources: &GenSources,
+) -> Result<Box<dyn EpisodeJudge + Send>> {
+    Ok(match (config.judge.kind, &config.judge.endpoint) {
+        (JudgeKind::Rule, _) => Box::new(RuleJudge::new(sources.clone())),
+        (JudgeKind::Llm, Some(endpoint)) => Box::new(LlmJudge::new(ChatClient::new(endpoint)?)),
+        (JudgeKind::Llm, None) => {
+            return Err(Error::Data {
+                source_name: "[judge]".to_owned(),
+                message: "kind = \"llm\" needs [judge.endpoint]".to_owned(),
+            });
+        }
+    })
+}
+
+/// The external simulator of `[env.external]`, when the tool response mode is external.
+fn make_simulator(config: &ExperimentConfig) -> Result<Option<EndpointSimulator>> {
+    if config.env.tool_response_mode != ToolResponseMode::External {
+        return Ok(None);
+    }
+    let endpoint = config.env.external.as_ref().ok_or_else(|| Error::Data {
+        source_name: "[env]".to_owned(),
+        message: "tool_response_mode = \"external\" needs [env.external]".to_owned(),
+    })?;
+    Ok(Some(EndpointSimulator {
+        client: ChatClient::new(endpoint)?,
+        max_tokens: config.rl.max_response_tokens,
+    }))
 }
 
 /// The weight decay of a phase's optimizer.

@@ -12,8 +12,14 @@ use tauri_plugin_dialog::DialogExt;
 
 use crate::StudioState;
 use crate::contract::{
-    ConfigCheck, DiffLine, Document, Edit, FieldIssue, PresetInfo, RunInfo, StudioError,
+    CallView, ConfigCheck, DiffLine, Document, Edit, EpisodePage, EpisodeView, FidelityScores,
+    FieldIssue, MessageView, MetricSeries, PresetInfo, RunInfo, RunMetrics, StudioError, TurnView,
+    finite,
 };
+use crate::training::Training;
+use envace::controller::{Command, JobSpec};
+use envace::rollout::{EndReason, EpisodeRecord, ResponseSource};
+use envace::store::RunId;
 
 /// Name the editor's text goes by in engine messages when it has no file.
 const UNSAVED: &str = "unsaved config";
@@ -185,15 +191,10 @@ pub async fn open_config(app: tauri::AppHandle) -> Result<Option<Document>, Stud
     }
 }
 
-/// Line diff of `toml` against a preset.
-#[tauri::command]
-#[specta::specta]
-pub fn diff_against_preset(toml: String, preset: String) -> Result<Vec<DiffLine>, StudioError> {
-    let preset = config::preset(&preset)
-        .map_err(|err| StudioError::from_engine("Cannot diff against the preset", &err))?;
-    let diff = similar::TextDiff::from_lines(preset.toml, toml.as_str());
-    Ok(diff
-        .iter_all_changes()
+/// Line diff from `old` to `new`.
+fn diff_lines(old: &str, new: &str) -> Vec<DiffLine> {
+    let diff = similar::TextDiff::from_lines(old, new);
+    diff.iter_all_changes()
         .map(|change| DiffLine {
             kind: match change.tag() {
                 similar::ChangeTag::Equal => "same",
@@ -203,7 +204,16 @@ pub fn diff_against_preset(toml: String, preset: String) -> Result<Vec<DiffLine>
             .to_string(),
             text: change.value().trim_end_matches('\n').to_string(),
         })
-        .collect())
+        .collect()
+}
+
+/// Line diff of `toml` against a preset.
+#[tauri::command]
+#[specta::specta]
+pub fn diff_against_preset(toml: String, preset: String) -> Result<Vec<DiffLine>, StudioError> {
+    let preset = config::preset(&preset)
+        .map_err(|err| StudioError::from_engine("Cannot diff against the preset", &err))?;
+    Ok(diff_lines(preset.toml, &toml))
 }
 
 /// The runs in the store, newest first.
@@ -229,4 +239,300 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
             last_step: run.last_step.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
         })
         .collect())
+}
+
+fn run_id(run: i32) -> RunId {
+    RunId(i64::from(run))
+}
+
+fn open_store(state: &StudioState, what: &str) -> Result<Store, StudioError> {
+    Store::open(&state.store_path).map_err(|err| StudioError::from_engine(what, &err))
+}
+
+/// Starts training `toml` on the engine's controller (or continues `resume_run` from its latest
+/// checkpoint); progress arrives as `training-event` events. Returns the run.
+#[tauri::command]
+#[specta::specta]
+pub async fn start_training(
+    app: tauri::AppHandle,
+    state: State<'_, StudioState>,
+    training: State<'_, Training>,
+    toml: String,
+    resume_run: Option<i32>,
+) -> Result<i32, StudioError> {
+    let source = state
+        .config_path
+        .as_ref()
+        .map_or_else(|| UNSAVED.to_owned(), |path| path.display().to_string());
+    let config = config::parse(&toml, &source).map_err(|errors| {
+        StudioError::from_engine("Cannot start training", &envace::Error::Config(errors))
+    })?;
+    training.start(
+        app,
+        JobSpec {
+            config,
+            config_toml: toml,
+            store_path: state.store_path.clone(),
+            resume: resume_run.map(run_id),
+        },
+    )
+}
+
+/// Pauses the training job after its current step.
+#[tauri::command]
+#[specta::specta]
+pub fn pause_training(training: State<'_, Training>) -> Result<i32, StudioError> {
+    training.send(Command::Pause, "Cannot pause training")
+}
+
+/// Lets a paused training job go on.
+#[tauri::command]
+#[specta::specta]
+pub fn resume_training(training: State<'_, Training>) -> Result<i32, StudioError> {
+    training.send(Command::Resume, "Cannot resume training")
+}
+
+/// Stops the training job after its current step, with a checkpoint to continue from.
+#[tauri::command]
+#[specta::specta]
+pub fn stop_training(training: State<'_, Training>) -> Result<i32, StudioError> {
+    training.send(Command::Stop, "Cannot stop training")
+}
+
+/// The run being trained, if any (for a window that opens while a job runs).
+#[tauri::command]
+#[specta::specta]
+pub fn active_training(training: State<'_, Training>) -> Option<i32> {
+    training.running()
+}
+
+/// Every metric of a run as series over steps, for its charts.
+#[tauri::command]
+#[specta::specta]
+pub async fn run_metrics(
+    state: State<'_, StudioState>,
+    run: i32,
+) -> Result<RunMetrics, StudioError> {
+    let what = format!("Cannot read the metrics of run {run}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    let record = view
+        .find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let rows = view
+        .metrics(run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let mut series = std::collections::BTreeMap::<String, MetricSeries>::new();
+    for row in rows {
+        let step = u32::try_from(row.step).unwrap_or(u32::MAX);
+        let entry = series
+            .entry(row.key.clone())
+            .or_insert_with(|| MetricSeries {
+                key: row.key,
+                steps: Vec::new(),
+                values: Vec::new(),
+            });
+        // A step recorded twice (a resumed job repeats it) keeps its newest value.
+        if entry.steps.last() == Some(&step) {
+            entry.values.pop();
+            entry.steps.pop();
+        }
+        entry.steps.push(step);
+        entry.values.push(finite(row.value));
+    }
+    Ok(RunMetrics {
+        run,
+        name: record.name,
+        series: series.into_values().collect(),
+    })
+}
+
+/// A run's config text as it was started.
+#[tauri::command]
+#[specta::specta]
+pub fn run_config(state: State<'_, StudioState>, run: i32) -> Result<String, StudioError> {
+    config_of(&state, run)
+}
+
+fn config_of(state: &StudioState, run: i32) -> Result<String, StudioError> {
+    let what = format!("Cannot read the config of run {run}");
+    let store = open_store(state, &what)?;
+    let record = store
+        .view()
+        .find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    Ok(record.config_toml)
+}
+
+/// Line diff between the configs of two runs.
+#[tauri::command]
+#[specta::specta]
+pub async fn diff_runs(
+    state: State<'_, StudioState>,
+    left: i32,
+    right: i32,
+) -> Result<Vec<DiffLine>, StudioError> {
+    let old = config_of(&state, left)?;
+    let new = config_of(&state, right)?;
+    Ok(diff_lines(&old, &new))
+}
+
+fn end_text(end: &EndReason) -> String {
+    match end {
+        EndReason::FinalAnswer => "final answer".to_owned(),
+        EndReason::MaxTurns => "turn limit".to_owned(),
+        EndReason::ErrorToolCall { code } => format!("unreadable tool response ({code})"),
+        EndReason::TemplateNotIncremental => {
+            "the chat template does not render incrementally".to_owned()
+        }
+        EndReason::Fault { reason } => format!("environment fault: {reason}"),
+    }
+}
+
+fn source_text(source: ResponseSource) -> &'static str {
+    match source {
+        ResponseSource::Real => "real",
+        ResponseSource::Rehearse => "rehearse",
+        ResponseSource::External => "external",
+        ResponseSource::Limit => "limit",
+    }
+}
+
+fn episode_view(step: u64, episode: EpisodeRecord) -> EpisodeView {
+    let to_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    EpisodeView {
+        step: u32::try_from(step).unwrap_or(u32::MAX),
+        episode_idx: to_u32(episode.episode_idx),
+        task_id: episode.task_id,
+        mode: episode.mode,
+        reward: episode.reward.and_then(finite),
+        mask_reason: episode.mask_reason,
+        end: end_text(&episode.end),
+        messages: episode
+            .messages
+            .into_iter()
+            .map(|m| MessageView {
+                role: m.role,
+                content: m.content,
+            })
+            .collect(),
+        turns: episode
+            .turns
+            .into_iter()
+            .map(|turn| TurnView {
+                turn_idx: to_u32(turn.turn_idx),
+                text: turn.text,
+                finished: turn.finished,
+                calls: turn
+                    .calls
+                    .into_iter()
+                    .map(|call| CallView {
+                        call_idx: to_u32(call.call_idx),
+                        name: call.name,
+                        arguments: call
+                            .arguments
+                            .or(call.raw.map(serde_json::Value::String))
+                            .unwrap_or(serde_json::Value::Null),
+                        source: source_text(call.source).to_owned(),
+                        response: call.response,
+                        real: call.real,
+                        simulator_text: call.simulator_text,
+                        scores: call.scores.map(|s| FidelityScores {
+                            valid_json: s.valid_json,
+                            outcome_agrees: s.outcome_agrees,
+                            key_f1: s.key_f1,
+                            value_accuracy: s.value_accuracy,
+                            exact_match: s.exact_match,
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The episodes a run recorded at `step` (default: its latest step with episodes).
+#[tauri::command]
+#[specta::specta]
+pub async fn run_episodes(
+    state: State<'_, StudioState>,
+    run: i32,
+    step: Option<u32>,
+) -> Result<EpisodePage, StudioError> {
+    let what = format!("Cannot read the episodes of run {run}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    view.find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let episodes = envace::rollout::load_episodes(&view, run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let mut steps: Vec<u32> = episodes
+        .iter()
+        .map(|(s, _)| u32::try_from(*s).unwrap_or(u32::MAX))
+        .collect();
+    steps.dedup();
+    let shown = step.or_else(|| steps.last().copied());
+    if let Some(asked) = step
+        && !steps.contains(&asked)
+    {
+        return Err(StudioError::new(
+            what,
+            format!("run {run} recorded no episodes at step {asked}"),
+        ));
+    }
+    let episodes = episodes
+        .into_iter()
+        .filter(|(s, _)| shown.is_some_and(|shown| u64::from(shown) == *s))
+        .map(|(s, episode)| episode_view(s, episode))
+        .collect();
+    Ok(EpisodePage {
+        steps,
+        step: shown,
+        episodes,
+    })
+}
+
+/// Saves a chart image (PNG, base64) to `path`, or asks where when there is none. Returns the
+/// path written, or `None` when the person cancelled.
+#[tauri::command]
+#[specta::specta]
+pub async fn save_png(
+    app: tauri::AppHandle,
+    png_base64: String,
+    name: String,
+    path: Option<String>,
+) -> Result<Option<String>, StudioError> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(png_base64.as_bytes())
+        .map_err(|err| {
+            StudioError::new(
+                "Cannot save the chart",
+                format!("the image of {name} is not base64: {err}"),
+            )
+        })?;
+    if !bytes.starts_with(b"\x89PNG") {
+        return Err(StudioError::new(
+            "Cannot save the chart",
+            format!("the image of {name} is not a PNG"),
+        ));
+    }
+    let target = match path {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let picked = app
+                .dialog()
+                .file()
+                .add_filter("PNG image", &["png"])
+                .set_file_name(format!("{name}.png"))
+                .blocking_save_file();
+            match picked.and_then(|file| file.into_path().ok()) {
+                Some(path) => path,
+                None => return Ok(None),
+            }
+        }
+    };
+    envace::fsutil::write_atomically(&target, &bytes)
+        .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
+    Ok(Some(target.display().to_string()))
 }

@@ -127,3 +127,238 @@ pub struct Edit {
     /// The validator's verdict on it.
     pub check: ConfigCheck,
 }
+
+/// What the training job reports, forwarded from the engine's controller as it happens.
+///
+/// Emitted to the window as the `training-event` event; metric values that are not finite
+/// arrive as `null`.
+#[derive(Debug, Clone, Serialize, Type, tauri_specta::Event)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TrainingEvent {
+    /// The job's run exists in the store.
+    Started {
+        /// The run.
+        run: i32,
+        /// Whether it continues from a checkpoint.
+        resumed: bool,
+    },
+    /// A phase begins.
+    Phase {
+        /// `sft` or `rl`.
+        phase: String,
+        /// First step of the phase (over the whole job).
+        first_step: u32,
+        /// Steps in the phase.
+        n_steps: u32,
+    },
+    /// A step finished.
+    Step {
+        /// The run.
+        run: i32,
+        /// `sft` or `rl`.
+        phase: String,
+        /// The step (over the whole job).
+        step: u32,
+        /// Total steps of the job.
+        total_steps: u32,
+        /// The step's metrics by key (`act/reward`, `sft/loss`, …).
+        metrics: std::collections::BTreeMap<String, Option<f64>>,
+        /// Trained tokens per second in this step.
+        tokens_per_sec: Option<f64>,
+        /// Estimated seconds to the end of the job.
+        eta_secs: Option<f64>,
+    },
+    /// A log line.
+    Log {
+        /// `info`, `warn` or `error`.
+        level: String,
+        /// The line.
+        message: String,
+    },
+    /// A checkpoint was written.
+    Checkpoint {
+        /// Last completed step.
+        step: u32,
+        /// Its folder.
+        path: String,
+    },
+    /// The job is paused between steps.
+    Paused,
+    /// The job goes on after a pause.
+    Resumed,
+    /// The job ended.
+    Finished {
+        /// The run.
+        run: i32,
+        /// `finished`, `stopped` or `failed`.
+        status: String,
+        /// For a failure: what failed, naming the file, field or value.
+        error: Option<StudioError>,
+    },
+}
+
+/// A finite number, or `None` (NaN and infinities do not survive JSON).
+pub fn finite(value: f64) -> Option<f64> {
+    value.is_finite().then_some(value)
+}
+
+impl TrainingEvent {
+    /// The studio's form of an engine event of `run`.
+    pub fn from_engine(run: i32, event: envace::controller::Event) -> Self {
+        use envace::controller::Event;
+        match event {
+            Event::Started { run, resumed } => TrainingEvent::Started {
+                run: i32::try_from(run).unwrap_or(i32::MAX),
+                resumed,
+            },
+            Event::Phase {
+                phase,
+                first_step,
+                n_steps,
+            } => TrainingEvent::Phase {
+                phase,
+                first_step,
+                n_steps,
+            },
+            Event::Step {
+                phase,
+                step,
+                total_steps,
+                metrics,
+                tokens_per_sec,
+                eta_secs,
+            } => TrainingEvent::Step {
+                run,
+                phase,
+                step,
+                total_steps,
+                metrics: metrics.into_iter().map(|(k, v)| (k, finite(v))).collect(),
+                tokens_per_sec: finite(tokens_per_sec),
+                eta_secs: finite(eta_secs),
+            },
+            Event::Log { level, message } => TrainingEvent::Log { level, message },
+            Event::Checkpoint { step, path } => TrainingEvent::Checkpoint { step, path },
+            Event::Paused => TrainingEvent::Paused,
+            Event::Resumed => TrainingEvent::Resumed,
+            Event::Finished { status, message } => TrainingEvent::Finished {
+                run,
+                status,
+                error: message.map(|detail| StudioError::new("Training failed", detail)),
+            },
+        }
+    }
+}
+
+/// One metric of a run over its steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct MetricSeries {
+    /// Metric key, e.g. `act/reward`.
+    pub key: String,
+    /// Steps, ascending.
+    pub steps: Vec<u32>,
+    /// One value per step; `null` where it was not finite.
+    pub values: Vec<Option<f64>>,
+}
+
+/// Every metric a run recorded, for charts.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RunMetrics {
+    /// The run.
+    pub run: i32,
+    /// Its name.
+    pub name: String,
+    /// One series per metric key, sorted by key.
+    pub series: Vec<MetricSeries>,
+}
+
+/// Fidelity of a rehearsed response against the real one.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct FidelityScores {
+    /// The rehearsed answer parsed as JSON.
+    pub valid_json: bool,
+    /// Same outcome (the same error code, or both successes).
+    pub outcome_agrees: bool,
+    /// F1 of the key-path sets.
+    pub key_f1: f64,
+    /// Fraction of real leaf values matched.
+    pub value_accuracy: f64,
+    /// Equal JSON.
+    pub exact_match: bool,
+}
+
+/// One tool call of a turn and how it was answered.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct CallView {
+    /// Position in the turn.
+    pub call_idx: u32,
+    /// Tool name; `None` for a malformed call block.
+    pub name: Option<String>,
+    /// Arguments, or the raw block of a malformed call.
+    pub arguments: serde_json::Value,
+    /// Who answered: `real`, `rehearse`, `external` or `limit`.
+    pub source: String,
+    /// The answer the acting policy saw.
+    pub response: serde_json::Value,
+    /// The real environment's answer to the same call in the same state, for non-real answers.
+    pub real: Option<serde_json::Value>,
+    /// What the simulator wrote, for rehearsed and external answers.
+    pub simulator_text: Option<String>,
+    /// Fidelity of `response` against `real`.
+    pub scores: Option<FidelityScores>,
+}
+
+/// One assistant turn.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct TurnView {
+    /// Turn index, from 0.
+    pub turn_idx: u32,
+    /// The generated text.
+    pub text: String,
+    /// Whether generation stopped at a stop token.
+    pub finished: bool,
+    /// The calls and their answers.
+    pub calls: Vec<CallView>,
+}
+
+/// One chat message of the acting conversation.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct MessageView {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text exactly as the model saw it.
+    pub content: String,
+}
+
+/// One recorded episode, for the episode viewer.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EpisodeView {
+    /// Training step it was sampled at.
+    pub step: u32,
+    /// Index in its batch.
+    pub episode_idx: u32,
+    /// The task.
+    pub task_id: String,
+    /// How tool calls were answered (`real`, `rehearse`, `external`, `mixed`).
+    pub mode: String,
+    /// The judge's score; `None` when masked.
+    pub reward: Option<f64>,
+    /// Why it is left out of training, if it is.
+    pub mask_reason: Option<String>,
+    /// Why it ended, in words.
+    pub end: String,
+    /// The acting conversation.
+    pub messages: Vec<MessageView>,
+    /// The assistant turns with their calls.
+    pub turns: Vec<TurnView>,
+}
+
+/// The episodes of one step of a run.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EpisodePage {
+    /// Every step of the run that recorded episodes, ascending.
+    pub steps: Vec<u32>,
+    /// The step shown (the one asked for, else the latest); `None` when the run has none.
+    pub step: Option<u32>,
+    /// Its episodes.
+    pub episodes: Vec<EpisodeView>,
+}

@@ -2,6 +2,7 @@
 
 pub mod commands;
 pub mod contract;
+pub mod training;
 
 use std::path::PathBuf;
 
@@ -34,7 +35,18 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::open_config,
             commands::diff_against_preset,
             commands::list_runs,
+            commands::start_training,
+            commands::pause_training,
+            commands::resume_training,
+            commands::stop_training,
+            commands::active_training,
+            commands::run_metrics,
+            commands::run_config,
+            commands::diff_runs,
+            commands::run_episodes,
+            commands::save_png,
         ])
+        .events(tauri_specta::collect_events![contract::TrainingEvent])
 }
 
 /// Header of the generated bindings file.
@@ -56,6 +68,7 @@ pub fn run(state: StudioState) -> Result<(), tauri::Error> {
     tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .manage(state)
+        .manage(training::Training::default())
         .invoke_handler(builder.invoke_handler())
         .setup(move |app| {
             builder.mount_events(app);

@@ -3,6 +3,7 @@
 
 import { commands, type ConfigCheck, type Document, type FieldIssue, type StudioError } from "./bindings";
 import { h } from "./dom";
+import { renderDiff } from "./diffView";
 import {
   allFields,
   buildForm,
@@ -53,6 +54,11 @@ export class Editor {
     };
     this.sections = buildForm(schema as { [key: string]: Json });
     this.fields = allFields(this.sections);
+  }
+
+  /** The TOML text as shown (what Start trains), including a typed edit not yet checked. */
+  toml(): string {
+    return this.tomlView.value || this.state.toml;
   }
 
   async mount(): Promise<void> {
@@ -334,10 +340,6 @@ export class Editor {
     const preset = this.state.preset ?? "quickstart";
     const result = await commands.diffAgainstPreset(this.state.toml, preset);
     if (result.status === "error") return this.showError(result.error);
-    const changed = result.data.filter((line) => line.kind !== "same");
-    this.diffView.replaceChildren(
-      h("div", { class: "diff-title" }, changed.length ? `Changes against preset ${preset}:` : `Same as preset ${preset}.`),
-      ...changed.map((line) => h("div", { class: `diff-${line.kind}` }, `${line.kind === "added" ? "+" : "-"} ${line.text}`)),
-    );
+    this.diffView.replaceChildren(...renderDiff(result.data, `Changes against preset ${preset}:`, `Same as preset ${preset}.`));
   }
 }

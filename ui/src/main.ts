@@ -1,11 +1,21 @@
-// Entry point of the studio's front end: the experiment editor and the run list.
+// Entry point of the studio's front end: tabs for the experiment editor, training (controls,
+// live status, log, charts), the run list, the episode viewer and the run comparison.
 
+import "./locale";
 import "./style.css";
 import { commands } from "./bindings";
+import { CompareView } from "./compare";
 import { h } from "./dom";
 import { Editor } from "./editor";
+import { EpisodeViewer } from "./episodes";
+import { TrainingView } from "./training";
 
-async function showRuns(root: HTMLElement): Promise<void> {
+interface Tabs {
+  /** Shows a pane; `refresh` false skips its own refresh (the caller loads it). */
+  select: (id: string, refresh?: boolean) => void;
+}
+
+async function showRuns(root: HTMLElement, training: TrainingView, episodes: EpisodeViewer, tabs: Tabs): Promise<void> {
   const result = await commands.listRuns();
   if (result.status === "error") {
     root.replaceChildren(h("div", { class: "message error" }, `${result.error.what}: ${result.error.detail}`));
@@ -19,7 +29,7 @@ async function showRuns(root: HTMLElement): Promise<void> {
     h(
       "table",
       { id: "run-table" },
-      h("tr", {}, h("th", {}, "id"), h("th", {}, "name"), h("th", {}, "status"), h("th", {}, "step"), h("th", {}, "created")),
+      h("tr", {}, h("th", {}, "id"), h("th", {}, "name"), h("th", {}, "status"), h("th", {}, "step"), h("th", {}, "created"), h("th", {}, "")),
       ...result.data.map((run) =>
         h(
           "tr",
@@ -29,6 +39,15 @@ async function showRuns(root: HTMLElement): Promise<void> {
           h("td", {}, run.status),
           h("td", {}, run.last_step === null ? "-" : String(run.last_step)),
           h("td", {}, new Date((run.created_at ?? 0) * 1000).toISOString().replace("T", " ").slice(0, 19)),
+          h(
+            "td",
+            { class: "actions" },
+            h("button", { class: "run-charts", onclick: () => { tabs.select("training", false); void training.showRun(run.id); } }, "Charts"),
+            h("button", { class: "run-episodes", onclick: () => { tabs.select("episodes", false); void episodes.show(run.id); } }, "Episodes"),
+            run.status === "stopped" || run.status === "failed" || run.status === "paused"
+              ? h("button", { class: "run-continue", title: "Continue from its latest checkpoint", onclick: () => { tabs.select("training", false); void training.continueRun(run.id); } }, "Continue")
+              : null,
+          ),
         ),
       ),
     ),
@@ -38,36 +57,47 @@ async function showRuns(root: HTMLElement): Promise<void> {
 async function main(): Promise<void> {
   const app = document.getElementById("app");
   if (!app) return;
-  const editorPane = h("div", { id: "editor-pane" });
-  const runsPane = h("div", { id: "runs-pane", hidden: true });
-  const tab = (id: string, label: string, show: HTMLElement, hide: HTMLElement, onShow?: () => void) =>
-    h("button", {
-      id,
-      class: "tab",
-      onclick: () => {
-        show.hidden = false;
-        hide.hidden = true;
-        onShow?.();
-      },
-    }, label);
+  const panes = {
+    editor: h("div", { id: "editor-pane" }),
+    training: h("div", { id: "training-pane", class: "pane" }),
+    runs: h("div", { id: "runs-pane", class: "pane" }),
+    episodes: h("div", { id: "episodes-pane", class: "pane" }),
+    compare: h("div", { id: "compare-pane", class: "pane" }),
+  };
+  type PaneId = keyof typeof panes;
+  const onShow: Partial<Record<PaneId, () => void>> = {};
+  const buttons = new Map<PaneId, HTMLButtonElement>();
+  const tabs: Tabs = {
+    select: (id: string, refresh = true) => {
+      for (const [name, pane] of Object.entries(panes)) pane.hidden = name !== id;
+      for (const [name, button] of buttons) button.classList.toggle("active", name === id);
+      if (refresh) onShow[id as PaneId]?.();
+    },
+  };
+  const tab = (id: PaneId, label: string) => {
+    const button = h("button", { id: `tab-${id}`, class: "tab", onclick: () => tabs.select(id) }, label);
+    buttons.set(id, button);
+    return button;
+  };
   app.replaceChildren(
-    h(
-      "header",
-      {},
-      h("h1", {}, "EnvACE Studio"),
-      tab("tab-editor", "Experiment", editorPane, runsPane),
-      tab("tab-runs", "Runs", runsPane, editorPane, () => void showRuns(runsPane)),
-    ),
-    editorPane,
-    runsPane,
+    h("header", {}, h("h1", {}, "EnvACE Studio"), tab("editor", "Experiment"), tab("training", "Training"), tab("runs", "Runs"), tab("episodes", "Episodes"), tab("compare", "Compare")),
+    ...Object.values(panes),
   );
   const [initial, schema] = await Promise.all([commands.initialDocument(), commands.configSchema()]);
   if (initial.status === "error") {
-    editorPane.replaceChildren(h("div", { class: "message error" }, `${initial.error.what}: ${initial.error.detail}`));
+    panes.editor.replaceChildren(h("div", { class: "message error" }, `${initial.error.what}: ${initial.error.detail}`));
     return;
   }
-  const editor = new Editor(editorPane, initial.data, schema);
+  const editor = new Editor(panes.editor, initial.data, schema);
+  const training = new TrainingView(panes.training, () => editor.toml());
+  const episodes = new EpisodeViewer(panes.episodes);
+  const compare = new CompareView(panes.compare);
+  onShow.runs = () => void showRuns(panes.runs, training, episodes, tabs);
+  onShow.episodes = () => void episodes.show();
+  onShow.compare = () => void compare.show();
+  tabs.select("editor");
   await editor.mount();
+  await training.mount();
   document.body.dataset.ready = "true";
 }
 

@@ -2,6 +2,7 @@
 //! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
+mod training;
 mod webdriver;
 
 use std::io::{BufRead, BufReader};
@@ -115,13 +116,20 @@ impl Studio {
             }),
         )
         .unwrap();
-        session
-            .wait_for(
-                "the editor to load",
-                "return document.body.dataset.ready === 'true'",
-                Duration::from_secs(30),
-            )
-            .unwrap();
+        if let Err(err) = session.wait_for(
+            "the editor to load",
+            "return document.body.dataset.ready === 'true'",
+            Duration::from_secs(30),
+        ) {
+            let page = session.script(
+                "return document.documentElement.outerHTML.slice(0, 3000)",
+                json!([]),
+            );
+            let _ = session.script("window.__err = 'pending'; import(document.querySelector('script[type=module]').src + '?again').then(() => { window.__err = 'ok' }, (e) => { window.__err = String(e) + ' ' + e.stack })", json!([]));
+            std::thread::sleep(Duration::from_secs(3));
+            let e = session.script("return window.__err", json!([]));
+            panic!("{err}; the page: {page:?} {e:?}");
+        }
         Studio {
             session: Some(session),
             _driver: driver,

@@ -1,0 +1,266 @@
+//! End-to-end: train from the studio with a tiny config, watch the step counter and a chart
+//! move, pause, resume and stop; read a rehearsed answer beside the real one in the episode
+//! viewer; start a second run with an edited config and compare the two.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Studio, TAB};
+
+/// A job small enough for a debug build: functions domain (no data files), 3 SFT steps, then
+/// GRPO steps with rehearsed tool answers (stopped by the test long before the last one).
+const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
+[run]
+name = "studio-tiny"
+seed = 7
+checkpoint_interval_steps = 2
+
+[model]
+source = "tiny"
+
+[model.tiny]
+hidden_size = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+intermediate_size = 64
+vocab_size = 500
+max_position_embeddings = 4096
+
+[env]
+domains = ["functions"]
+difficulty = 1
+max_turns = 2
+max_parallel_calls = 2
+tool_response_mode = "rehearse"
+
+[sft]
+enabled = true
+n_steps = 3
+n_tasks = 12
+lr = 1e-3
+batch_size = 4
+micro_batch_size = 2
+
+[rl]
+n_steps = 40
+batch_size = 2
+group_size = 2
+micro_batch_size = 2
+lr = 1e-4
+max_prompt_tokens = 1024
+max_response_tokens = 24
+
+[eval]
+interval_steps = 2
+max_tasks = 2
+"#;
+
+const TRAINING: Duration = Duration::from_secs(240);
+
+fn wait_state(studio: &Studio, what: &str, script: &str) {
+    studio.s().wait_for(what, script, TRAINING).unwrap();
+}
+
+/// Waits until the job has ended with `stopped` (the Stop button was honoured).
+fn wait_stopped(studio: &Studio) {
+    let outcome = studio
+        .s()
+        .wait_for(
+            "the run to end",
+            "return document.getElementById('train-state').dataset.outcome || ''",
+            TRAINING,
+        )
+        .unwrap();
+    assert_eq!(
+        outcome,
+        json!("stopped"),
+        "{}",
+        studio.s().text("#train-message").unwrap()
+    );
+}
+
+#[test]
+fn train_watch_live_view_episodes_and_compare_runs() {
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.toml");
+    let store = dir.path().join("runs.sqlite");
+    std::fs::write(&config, TINY).unwrap();
+    let studio = Studio::open(&config, &store);
+    let s = studio.s();
+    assert!(studio.toml_view().contains("name = \"studio-tiny\""));
+
+    // Start: the step counter advances and the SFT loss chart gets points, live.
+    s.click("#tab-training").unwrap();
+    s.click("#train-start").unwrap();
+    wait_state(
+        &studio,
+        "the first step",
+        "return /^[1-9]\\d* \\/ 43$/.test(document.getElementById('train-step').textContent)",
+    );
+    wait_state(
+        &studio,
+        "points on the SFT loss chart",
+        "return Number(document.getElementById('chart-sft-loss').dataset.points) >= 1 && document.querySelector('#chart-sft-loss canvas') !== null",
+    );
+    assert_eq!(s.text("#train-phase").unwrap(), "sft");
+    assert!(s.text("#train-run").unwrap().starts_with("run 1"));
+
+    // Pause takes effect between steps; resume goes on.
+    s.click("#train-pause").unwrap();
+    wait_state(
+        &studio,
+        "the pause",
+        "return document.getElementById('train-state').textContent === 'paused'",
+    );
+    let paused_at = s.text("#train-step").unwrap();
+    // No screenshots of the Training, Episodes and Compare tabs yet: WebKitWebDriver's
+    // screenshot of them never completes (the editor and run list work; not caused by the
+    // charts' canvases, the log or a ResizeObserver; still being bisected), so their state is
+    // asserted through the DOM.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        s.text("#train-step").unwrap(),
+        paused_at,
+        "a paused job stepped"
+    );
+    s.click("#train-resume").unwrap();
+    wait_state(
+        &studio,
+        "the resume",
+        "return document.getElementById('train-state').textContent === 'running'",
+    );
+
+    // The first GRPO step draws the per-role reward and the fidelity charts.
+    wait_state(
+        &studio,
+        "a GRPO step on the reward chart",
+        "return Number(document.getElementById('chart-reward').dataset.points) >= 2",
+    );
+    assert_eq!(s.text("#train-phase").unwrap(), "rl");
+    let fidelity_points = s
+        .script(
+            "return Number(document.getElementById('chart-fidelity').dataset.points)",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        fidelity_points.as_f64().unwrap() >= 1.0,
+        "no fidelity points after a rehearsed GRPO step"
+    );
+
+    // A chart's image saves as a PNG through the host's command (given a path, so that no
+    // dialog opens; the PNG button asks where).
+    let png = dir.path().join("reward.png");
+    s.script(
+        "window.__exported = null; \
+         const png = document.querySelector('#chart-reward canvas').toDataURL('image/png').split(',')[1]; \
+         window.__TAURI_INTERNALS__.invoke('save_png', {pngBase64: png, name: 'reward', path: arguments[0]}) \
+           .then((p) => { window.__exported = p; }, (e) => { window.__exported = 'error: ' + JSON.stringify(e); });",
+        json!([png.display().to_string()]),
+    )
+    .unwrap();
+    let written = s
+        .wait_for(
+            "the PNG export",
+            "return window.__exported",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(written, json!(png.display().to_string()));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+
+    // Stop: the job checkpoints and ends as stopped; a second start would be refused before.
+    s.click("#train-stop").unwrap();
+    wait_stopped(&studio);
+    let log = s.text("#train-log").unwrap();
+    assert!(log.contains("checkpoint at step"), "{log}");
+    assert!(log.contains("run 1 stopped"), "{log}");
+
+    // The episode viewer shows a rehearsed answer beside the real one, with scores.
+    s.click("#tab-episodes").unwrap();
+    s.wait_for(
+        "a rehearsed call",
+        "return document.querySelector('#episode-detail .call-pair') !== null",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let rehearsed = s
+        .text("#episode-detail .call-pair .side-rehearsed")
+        .unwrap();
+    let real = s.text("#episode-detail .call-pair .side-real").unwrap();
+    assert!(!rehearsed.is_empty() && !real.is_empty());
+    let scores = s.text("#episode-detail .scores").unwrap();
+    assert!(scores.contains("value accuracy"), "{scores}");
+    assert!(
+        s.text("#episode-detail")
+            .unwrap()
+            .contains("Real environment")
+    );
+
+    // A second run with a changed learning rate, stopped after its first step.
+    s.click("#tab-editor").unwrap();
+    s.type_into("[id='field-rl.lr']", &format!("2e-4{TAB}"))
+        .unwrap();
+    s.wait_for(
+        "the edit",
+        "return document.getElementById('toml-view').value.includes('lr = 0.0002')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    s.click("#tab-training").unwrap();
+    s.click("#train-start").unwrap();
+    wait_state(
+        &studio,
+        "run 2 to step",
+        "return document.getElementById('train-run').textContent.startsWith('run 2') && document.getElementById('train-state').textContent === 'running' && Number(document.getElementById('chart-sft-loss').dataset.points) >= 1",
+    );
+    s.click("#train-stop").unwrap();
+    wait_stopped(&studio);
+
+    // Compare: both runs' SFT loss on one chart, final values, and the config diff.
+    s.click("#tab-compare").unwrap();
+    s.wait_for(
+        "the runs to pick",
+        "return document.querySelectorAll('#compare-runs input').length === 2",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    s.click("#compare-runs label:nth-child(1) input").unwrap();
+    s.click("#compare-runs label:nth-child(2) input").unwrap();
+    s.click("#compare-button").unwrap();
+    s.wait_for(
+        "two curves",
+        "return document.querySelectorAll('#chart-compare .u-series').length === 3 && Number(document.getElementById('chart-compare').dataset.points) >= 2",
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert_eq!(
+        s.script(
+            "return document.getElementById('compare-metric').value",
+            json!([])
+        )
+        .unwrap(),
+        json!("sft/loss")
+    );
+    let table = s.text("#compare-table").unwrap();
+    assert!(
+        table.contains("run 1") && table.contains("run 2"),
+        "{table}"
+    );
+    assert!(table.contains("sft/loss"), "{table}");
+    s.click("#compare-diff-button").unwrap();
+    let diff = s
+        .wait_for(
+            "the config diff",
+            "const d = document.getElementById('compare-diff'); return d.textContent.includes('Changes') && d.textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let diff = diff.as_str().unwrap();
+    assert!(diff.contains("- lr = 1e-4"), "{diff}");
+    assert!(diff.contains("+ lr = 0.0002"), "{diff}");
+    eprintln!("training e2e took {:?}", started.elapsed());
+}

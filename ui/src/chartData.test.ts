@@ -1,0 +1,123 @@
+// Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
+// alignment and min/max decimation (including a million-point series).
+import { describe, expect, it } from "vitest";
+import { CHARTS, SeriesStore, align, decimate, ema, formatDuration, formatValue, keysFor, lastValue, type Aligned } from "./chartData";
+
+const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
+
+describe("charts", () => {
+  const keys = [
+    "act/reward", "rehearse/reward", "rl/reward", "rl/success", "act/kl", "rehearse/kl",
+    "sft/loss", "sft/loss_act", "sft/grad_norm", "fidelity/key_f1", "fidelity/n_pairs",
+    "fidelity/get_weather/value_accuracy", "fidelity/get_weather/key_f1",
+    "eval/generated_test/success", "eval/generated_test/score", "perf/tokens_per_sec",
+  ];
+  it("picks each chart's keys", () => {
+    expect(keysFor(chart("reward"), keys)).toEqual(["act/reward", "rehearse/reward", "rl/reward"]);
+    expect(keysFor(chart("kl"), keys)).toEqual(["act/kl", "rehearse/kl"]);
+    expect(keysFor(chart("sft-loss"), keys)).toEqual(["sft/loss", "sft/loss_act"]);
+    expect(keysFor(chart("fidelity"), keys)).toEqual(["fidelity/key_f1"]);
+    expect(keysFor(chart("fidelity-tool"), keys)).toEqual(["fidelity/get_weather/value_accuracy"]);
+    expect(keysFor(chart("eval"), keys)).toEqual(["eval/generated_test/score", "eval/generated_test/success"]);
+  });
+});
+
+describe("SeriesStore", () => {
+  it("grows from step events and replaces a repeated step", () => {
+    const store = new SeriesStore();
+    store.addStep(1, { "sft/loss": 3, "perf/x": null });
+    store.addStep(2, { "sft/loss": 2 });
+    store.addStep(2, { "sft/loss": 2.5 });
+    store.addStep(4, { "sft/loss": 1, "act/reward": 0.5 });
+    store.addStep(3, { "sft/loss": 1.5 });
+    expect(store.get("sft/loss")).toEqual({ key: "sft/loss", steps: [1, 2, 3, 4], values: [3, 2.5, 1.5, 1] });
+    expect(store.get("perf/x")?.values).toEqual([null]);
+    expect(store.keys()).toEqual(["act/reward", "perf/x", "sft/loss"]);
+    expect(store.points()).toBe(6);
+    expect(lastValue(store.get("sft/loss"))).toEqual({ step: 4, value: 1 });
+  });
+});
+
+describe("ema", () => {
+  it("keeps values at weight 0", () => {
+    expect(ema([1, null, 3], 0)).toEqual([1, null, 3]);
+  });
+  it("is debiased: a constant stays constant", () => {
+    for (const v of ema([5, 5, 5, 5], 0.9)) expect(v).toBeCloseTo(5, 12);
+  });
+  it("follows the recurrence and skips nulls", () => {
+    const w = 0.5;
+    const out = ema([0, null, 4], w);
+    // after 0: last = 0 -> 0; after 4: last = 0*0.5 + 0.5*4 = 2, debias 1 - 0.25 -> 2/0.75
+    expect(out[0]).toBe(0);
+    expect(out[1]).toBeNull();
+    expect(out[2]).toBeCloseTo(2 / 0.75, 12);
+  });
+});
+
+describe("align", () => {
+  it("puts series on the union of their steps", () => {
+    const a = { key: "a", steps: [1, 2, 4], values: [1, 2, 4] };
+    const b = { key: "b", steps: [2, 3], values: [20, 30] };
+    expect(align([a, b])).toEqual([[1, 2, 3, 4], [1, 2, null, 4], [null, 20, 30, null]]);
+  });
+});
+
+describe("decimate", () => {
+  it("returns small data unchanged", () => {
+    const data: Aligned = [[1, 2, 3], [1, null, 3]];
+    expect(decimate(data, 10)).toEqual(data);
+  });
+
+  it("keeps every bucket's min and max, and the ends", () => {
+    const xs = Array.from({ length: 100 }, (_, i) => i);
+    const ys = xs.map((i) => (i === 37 ? 1000 : i === 62 ? -1000 : Math.sin(i)));
+    const [dx, dy] = decimate([xs, ys], 10);
+    expect(dx.length).toBeLessThanOrEqual(2 * 10 + 2);
+    expect(dx[0]).toBe(0);
+    expect(dx[dx.length - 1]).toBe(99);
+    expect(dy).toContain(1000);
+    expect(dy).toContain(-1000);
+    expect([...dx].sort((a, b) => a - b)).toEqual(dx);
+  });
+
+  it("decimates the zoomed range only, with one point beyond each edge", () => {
+    const xs = Array.from({ length: 1000 }, (_, i) => i);
+    const ys = xs.map((i) => i % 7);
+    const [dx] = decimate([xs, ys], 1000, 100, 199);
+    expect(dx[0]).toBe(99);
+    expect(dx[dx.length - 1]).toBe(200);
+    expect(dx.length).toBe(102);
+  });
+
+  it("brings a million points per series down to a few thousand, fast", () => {
+    const n = 1_000_000;
+    const xs = new Array<number>(n);
+    const a = new Array<number | null>(n);
+    const b = new Array<number | null>(n);
+    for (let i = 0; i < n; i++) {
+      xs[i] = i;
+      a[i] = Math.sin(i / 1000) + (i === 123_457 ? 50 : 0);
+      b[i] = i % 10 === 0 ? null : Math.cos(i / 777);
+    }
+    const started = performance.now();
+    const out = decimate([xs, a, b], 1000);
+    const ms = performance.now() - started;
+    expect(out[0].length).toBeLessThanOrEqual(4 * 1000 + 2);
+    expect(out[1]).toContain(a[123_457]);
+    expect(Math.max(...(out[1].filter((v) => v !== null) as number[]))).toBe(a[123_457]);
+    // Generous bound on a loaded shared CPU: the point is milliseconds, not seconds.
+    expect(ms).toBeLessThan(1500);
+  });
+});
+
+describe("formatting", () => {
+  it("formats values and durations", () => {
+    expect(formatValue(0.123456)).toBe("0.1235");
+    expect(formatValue(null)).toBe("–");
+    expect(formatValue(1e-5)).toBe("1.000e-5");
+    expect(formatDuration(3725)).toBe("1h 02m");
+    expect(formatDuration(65)).toBe("1m 05s");
+    expect(formatDuration(null)).toBe("–");
+  });
+});

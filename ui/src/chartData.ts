@@ -1,0 +1,248 @@
+// Chart data transforms, pure and DOM-free: which metric keys go in which chart, a live store
+// of series fed by step events, EMA smoothing, alignment of several series on one x axis, and
+// min/max bucket decimation so a million points per series stay interactive.
+
+/** One metric over steps; `null` marks a value that was not finite. */
+export interface Series {
+  key: string;
+  steps: number[];
+  values: (number | null)[];
+}
+
+/** Series on one shared x axis, as uPlot takes them: `[xs, ys1, ys2, …]`. */
+export type Aligned = [number[], ...(number | null)[][]];
+
+/** A chart of the training view: a title and the metric keys it draws. */
+export interface ChartDef {
+  id: string;
+  title: string;
+  matches: (key: string) => boolean;
+}
+
+const FIDELITY_SCORES = ["valid_json", "outcome_agreement", "key_f1", "value_accuracy", "exact_match"];
+
+/** The training view's charts, in display order. */
+export const CHARTS: ChartDef[] = [
+  { id: "reward", title: "Reward per role", matches: (k) => /^(act|rehearse|rl)\/reward$/.test(k) },
+  { id: "sft-loss", title: "SFT loss", matches: (k) => /^sft\/loss(_act|_rehearse)?$/.test(k) },
+  { id: "advantage", title: "Advantage (mean, std)", matches: (k) => /^(act|rehearse)\/advantage_(mean|std)$/.test(k) },
+  { id: "kl", title: "KL to the reference", matches: (k) => /^(act|rehearse)\/kl$/.test(k) },
+  { id: "entropy", title: "Entropy", matches: (k) => /^(act|rehearse)\/entropy$/.test(k) },
+  { id: "clip", title: "Clip fraction", matches: (k) => /^(act|rehearse)\/clip_fraction$/.test(k) },
+  { id: "length", title: "Response length", matches: (k) => /^(act|rehearse)\/response_length$/.test(k) },
+  {
+    id: "fidelity",
+    title: "Fidelity (all tools)",
+    matches: (k) => k.startsWith("fidelity/") && FIDELITY_SCORES.includes(k.slice("fidelity/".length)),
+  },
+  {
+    id: "fidelity-tool",
+    title: "Fidelity per tool (value accuracy)",
+    matches: (k) => /^fidelity\/[^/]+\/value_accuracy$/.test(k),
+  },
+  { id: "eval", title: "Held-out eval", matches: (k) => /^eval\/.+\/(success|score)$/.test(k) },
+];
+
+/** The keys among `keys` that `chart` draws, sorted. */
+export function keysFor(chart: ChartDef, keys: Iterable<string>): string[] {
+  return [...keys].filter((k) => chart.matches(k)).sort();
+}
+
+/** A run's metrics, grown one step at a time (live) or loaded whole (history). */
+export class SeriesStore {
+  private readonly byKey = new Map<string, Series>();
+
+  constructor(initial: Series[] = []) {
+    for (const s of initial) this.byKey.set(s.key, { key: s.key, steps: [...s.steps], values: [...s.values] });
+  }
+
+  /** Adds one step's metrics; a step seen again replaces its value (a resumed job repeats it). */
+  addStep(step: number, metrics: Partial<Record<string, number | null>>): void {
+    for (const [key, value] of Object.entries(metrics)) {
+      if (value === undefined) continue;
+      let s = this.byKey.get(key);
+      if (!s) {
+        s = { key, steps: [], values: [] };
+        this.byKey.set(key, s);
+      }
+      const last = s.steps.length - 1;
+      if (last >= 0 && s.steps[last] === step) {
+        s.values[last] = value;
+      } else if (last >= 0 && s.steps[last] > step) {
+        const at = s.steps.findIndex((x) => x >= step);
+        if (s.steps[at] === step) s.values[at] = value;
+        else {
+          s.steps.splice(at, 0, step);
+          s.values.splice(at, 0, value);
+        }
+      } else {
+        s.steps.push(step);
+        s.values.push(value);
+      }
+    }
+  }
+
+  keys(): string[] {
+    return [...this.byKey.keys()].sort();
+  }
+
+  get(key: string): Series | undefined {
+    return this.byKey.get(key);
+  }
+
+  /** Number of points over every series. */
+  points(): number {
+    let n = 0;
+    for (const s of this.byKey.values()) n += s.steps.length;
+    return n;
+  }
+}
+
+/**
+ * Exponential moving average with bias correction (as TensorBoard smooths): `weight` 0 keeps
+ * the values, 0.99 smooths hard. Nulls stay null and do not move the average.
+ */
+export function ema(values: readonly (number | null)[], weight: number): (number | null)[] {
+  if (!(weight > 0)) return [...values];
+  const w = Math.min(weight, 0.9999);
+  const out: (number | null)[] = new Array(values.length);
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v === null || !Number.isFinite(v)) {
+      out[i] = null;
+      continue;
+    }
+    last = last * w + (1 - w) * v;
+    n++;
+    out[i] = last / (1 - Math.pow(w, n));
+  }
+  return out;
+}
+
+/** Puts several series on the union of their steps, with nulls where one has no value. */
+export function align(series: readonly Series[]): Aligned {
+  if (series.length === 1) return [[...series[0].steps], [...series[0].values]];
+  const xs = [...new Set(series.flatMap((s) => s.steps))].sort((a, b) => a - b);
+  const index = new Map(xs.map((x, i) => [x, i]));
+  const ys = series.map((s) => {
+    const row: (number | null)[] = new Array(xs.length).fill(null);
+    s.steps.forEach((step, i) => {
+      row[index.get(step) ?? 0] = s.values[i];
+    });
+    return row;
+  });
+  return [xs, ...ys];
+}
+
+/** First index with `xs[i] >= x` in ascending `xs`. */
+function lowerBound(xs: readonly number[], x: number): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (xs[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** First index with `xs[i] > x` in ascending `xs`. */
+function upperBound(xs: readonly number[], x: number): number {
+  let lo = 0;
+  let hi = xs.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (xs[mid] <= x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * Min/max bucket decimation of aligned data: the x range (all of it, or `[from, to]`) is cut
+ * into `buckets` equal index spans, and each span keeps, for every series, the rows of its
+ * minimum and maximum (plus the first and last row), so peaks and dips survive at any zoom.
+ * One point just outside each end of the range is kept so lines run to the edges. Returns the
+ * data unchanged when it is already small enough.
+ */
+export function decimate(data: Aligned, buckets: number, from?: number, to?: number): Aligned {
+  const xs = data[0];
+  const ys = data.slice(1) as (number | null)[][];
+  const start = from === undefined ? 0 : Math.max(0, lowerBound(xs, from) - 1);
+  // Past every x <= to, plus one more.
+  const end = to === undefined ? xs.length : Math.min(xs.length, upperBound(xs, to) + 1);
+  if (start >= end) return [[], ...ys.map(() => [])] as Aligned;
+  const n = end - start;
+  if (n <= buckets * 2 || buckets < 1) {
+    return [xs.slice(start, end), ...ys.map((y) => y.slice(start, end))] as Aligned;
+  }
+  const keep = new Uint8Array(n);
+  keep[0] = 1;
+  keep[n - 1] = 1;
+  const span = n / buckets;
+  for (let b = 0; b < buckets; b++) {
+    const lo = start + Math.floor(b * span);
+    const hi = Math.min(end, start + Math.floor((b + 1) * span));
+    for (const y of ys) {
+      let minI = -1;
+      let maxI = -1;
+      let minV = Infinity;
+      let maxV = -Infinity;
+      for (let i = lo; i < hi; i++) {
+        const v = y[i];
+        if (v === null) continue;
+        if (v < minV) {
+          minV = v;
+          minI = i;
+        }
+        if (v > maxV) {
+          maxV = v;
+          maxI = i;
+        }
+      }
+      if (minI >= 0) keep[minI - start] = 1;
+      if (maxI >= 0) keep[maxI - start] = 1;
+    }
+  }
+  let count = 0;
+  for (let i = 0; i < n; i++) count += keep[i];
+  const outX: number[] = new Array(count);
+  const outY: (number | null)[][] = ys.map(() => new Array(count));
+  let j = 0;
+  for (let i = 0; i < n; i++) {
+    if (!keep[i]) continue;
+    outX[j] = xs[start + i];
+    for (let s = 0; s < ys.length; s++) outY[s][j] = ys[s][start + i];
+    j++;
+  }
+  return [outX, ...outY];
+}
+
+/** The last non-null value of a series and its step, or `null`. */
+export function lastValue(series: Series | undefined): { step: number; value: number } | null {
+  if (!series) return null;
+  for (let i = series.values.length - 1; i >= 0; i--) {
+    const v = series.values[i];
+    if (v !== null) return { step: series.steps[i], value: v };
+  }
+  return null;
+}
+
+/** A short, readable form of a metric value. */
+export function formatValue(value: number | null | undefined): string {
+  if (value === null || value === undefined || !Number.isFinite(value)) return "–";
+  const a = Math.abs(value);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return value.toExponential(3);
+  return Number(value.toPrecision(4)).toString();
+}
+
+/** Seconds as `1h 02m`, `3m 05s` or `12s`. */
+export function formatDuration(secs: number | null | undefined): string {
+  if (secs === null || secs === undefined || !Number.isFinite(secs) || secs < 0) return "–";
+  const s = Math.round(secs);
+  if (s >= 3600) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${s}s`;
+}

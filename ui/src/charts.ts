@@ -1,0 +1,213 @@
+// A chart panel on uPlot: several series over steps, EMA smoothing, values under the cursor in
+// the legend, drag to zoom (double-click or "Reset" to zoom out) with the zoomed range
+// re-decimated from the full data, and PNG export through the host's save dialog.
+
+import "./locale";
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { commands } from "./bindings";
+import { align, decimate, ema, type Aligned, type Series } from "./chartData";
+import { h } from "./dom";
+
+const PALETTE = ["#1f6f5c", "#c2410c", "#2563eb", "#9333ea", "#b45309", "#0f766e", "#be123c", "#4d7c0f", "#475569", "#0369a1"];
+
+/** Points per series handed to uPlot at most: about two per pixel column. */
+const BUCKETS = 1000;
+
+export class ChartPanel {
+  readonly element: HTMLElement;
+  private readonly body = h("div", { class: "chart-body" });
+  private readonly note = h("div", { class: "chart-note" });
+  private plot: uPlot | null = null;
+  private labels: string[] = [];
+  private series: Series[] = [];
+  private smoothing = 0;
+  private raw: Aligned = [[]];
+  private zoom: [number, number] | null = null;
+  private settingData = false;
+
+  constructor(
+    readonly id: string,
+    readonly title: string,
+    private readonly onError: (what: string, detail: string) => void = () => {},
+  ) {
+    this.element = h(
+      "section",
+      { class: "chart", id: `chart-${id}`, "data-points": 0 },
+      h(
+        "div",
+        { class: "chart-head" },
+        h("h4", {}, title),
+        h("button", { class: "chart-reset", title: "Zoom out to every step", onclick: () => this.resetZoom() }, "Reset zoom"),
+        h("button", { class: "chart-export", title: "Save the chart as a PNG image", onclick: () => void this.exportPng() }, "PNG"),
+      ),
+      this.body,
+      this.note,
+    );
+    // (A window listener, not a ResizeObserver: an observed element kept WebKitGTK's
+    // WebDriver screenshots from ever completing.)
+    window.addEventListener("resize", () => this.fit());
+    this.render();
+  }
+
+  /** Replaces the series drawn, labelled by `labels` (default: their keys). */
+  setSeries(series: Series[], labels?: string[]): void {
+    this.series = series;
+    const next = labels ?? series.map((s) => s.key);
+    const changed = next.length !== this.labels.length || next.some((l, i) => l !== this.labels[i]);
+    this.labels = next;
+    if (changed) this.destroy();
+    this.render();
+  }
+
+  /** Sets the EMA weight (0 = raw values). */
+  setSmoothing(weight: number): void {
+    this.smoothing = weight;
+    this.render();
+  }
+
+  /** Non-null points drawn (before decimation). */
+  points(): number {
+    return this.series.reduce((n, s) => n + s.values.filter((v) => v !== null).length, 0);
+  }
+
+  private render(): void {
+    this.element.dataset.points = String(this.points());
+    if (this.series.length === 0 || this.points() === 0) {
+      this.destroy();
+      this.note.textContent = "No data yet.";
+      return;
+    }
+    this.note.textContent = "";
+    const smoothed = this.series.map((s) => ({ ...s, values: ema(s.values, this.smoothing) }));
+    this.raw = align(smoothed);
+    const shown = this.zoom ? decimate(this.raw, BUCKETS, this.zoom[0], this.zoom[1]) : decimate(this.raw, BUCKETS);
+    if (!this.plot) {
+      this.create(shown);
+    } else {
+      this.fit();
+      this.settingData = true;
+      this.plot.setData(shown as uPlot.AlignedData, this.zoom === null);
+      this.settingData = false;
+    }
+  }
+
+  private size(): { width: number; height: number } {
+    return { width: Math.max(280, this.body.clientWidth || 420), height: 220 };
+  }
+
+  private create(data: Aligned): void {
+    const panel = this;
+    const options: uPlot.Options = {
+      ...this.size(),
+      scales: { x: { time: false } },
+      series: [
+        { label: "step", value: (_u, v) => (v === null || v === undefined ? "–" : String(v)) },
+        ...this.labels.map((label, i) => ({
+          label,
+          stroke: PALETTE[i % PALETTE.length],
+          width: 1.5,
+          spanGaps: true,
+          points: { show: (u: uPlot) => (u.data[0]?.length ?? 0) < 60 },
+          value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? "–" : Number(v.toPrecision(4)).toString()),
+        })),
+      ],
+      axes: [{ label: "step", size: 36 }, { size: 56 }],
+      cursor: {
+        drag: { x: true, y: false, setScale: true },
+        bind: { dblclick: () => () => null },
+      },
+      legend: { live: true },
+      hooks: {
+        setScale: [
+          (u: uPlot, key: string) => {
+            if (key !== "x" || panel.settingData) return;
+            const min = u.scales.x.min;
+            const max = u.scales.x.max;
+            if (min === undefined || max === undefined || min === null || max === null) return;
+            panel.zoomTo(min, max);
+          },
+        ],
+      },
+    };
+    this.plot = new uPlot(options, data as uPlot.AlignedData, this.body);
+    this.plot.over.addEventListener("dblclick", () => this.resetZoom());
+  }
+
+  /** Shows steps `[min, max]`, re-decimated from the full data. */
+  private zoomTo(min: number, max: number): void {
+    const xs = this.raw[0];
+    if (xs.length === 0) return;
+    const whole = min <= xs[0] && max >= xs[xs.length - 1];
+    this.zoom = whole ? null : [min, max];
+    if (!this.plot) return;
+    this.settingData = true;
+    this.plot.setData((this.zoom ? decimate(this.raw, BUCKETS, min, max) : decimate(this.raw, BUCKETS)) as uPlot.AlignedData, false);
+    this.settingData = false;
+    this.element.dataset.zoom = this.zoom ? `${min}-${max}` : "";
+  }
+
+  resetZoom(): void {
+    this.zoom = null;
+    this.element.dataset.zoom = "";
+    if (!this.plot) return;
+    this.settingData = true;
+    this.plot.setData(decimate(this.raw, BUCKETS) as uPlot.AlignedData, true);
+    this.settingData = false;
+  }
+
+  private fit(): void {
+    if (this.plot && this.body.clientWidth > 0) {
+      const { width, height } = this.size();
+      if (Math.abs(this.plot.width - width) > 2) this.plot.setSize({ width, height });
+    }
+  }
+
+  private destroy(): void {
+    this.plot?.destroy();
+    this.plot = null;
+    this.body.replaceChildren();
+  }
+
+  /** The chart as a PNG (base64, no data-URL prefix), title and legend drawn in. */
+  pngBase64(): string | null {
+    if (!this.plot) return null;
+    const source = this.plot.ctx.canvas;
+    const legendRows = this.labels.length;
+    const out = document.createElement("canvas");
+    out.width = source.width;
+    out.height = source.height + 28 + 18 * legendRows;
+    const ctx = out.getContext("2d");
+    if (!ctx) return null;
+    ctx.fillStyle = "white";
+    ctx.fillRect(0, 0, out.width, out.height);
+    ctx.fillStyle = "#1d2327";
+    ctx.font = "bold 14px 'DejaVu Sans', sans-serif";
+    ctx.fillText(this.title, 8, 18);
+    ctx.drawImage(source, 0, 24);
+    ctx.font = "12px 'DejaVu Sans', sans-serif";
+    this.labels.forEach((label, i) => {
+      const y = 24 + source.height + 16 + 18 * i;
+      ctx.fillStyle = PALETTE[i % PALETTE.length];
+      ctx.fillRect(8, y - 9, 14, 4);
+      ctx.fillStyle = "#1d2327";
+      ctx.fillText(label, 28, y - 4);
+    });
+    return out.toDataURL("image/png").replace(/^data:image\/png;base64,/, "");
+  }
+
+  /** Asks where to save the PNG (the host's dialog), or writes `path` when given. */
+  async exportPng(path: string | null = null): Promise<string | null> {
+    const png = this.pngBase64();
+    if (!png) {
+      this.onError("Cannot save the chart", `${this.title} has no data to draw yet`);
+      return null;
+    }
+    const result = await commands.savePng(png, this.id, path);
+    if (result.status === "error") {
+      this.onError(result.error.what, result.error.detail);
+      return null;
+    }
+    return result.data;
+  }
+}

@@ -1,0 +1,243 @@
+// The training view: Start / Pause / Resume / Stop for the editor's experiment, a live status
+// bar (phase, step, tokens/s, ETA), a log panel and the training charts. It is driven by the
+// host's `training-event` events; the store is read only to load a run's history.
+
+import { commands, events, type StudioError, type TrainingEvent } from "./bindings";
+import { CHARTS, SeriesStore, formatDuration, formatValue, keysFor } from "./chartData";
+import { ChartPanel } from "./charts";
+import { h } from "./dom";
+
+type JobState = "idle" | "starting" | "running" | "pausing" | "paused" | "stopping";
+
+/** Most log lines kept in the panel. */
+const MAX_LOG = 1000;
+
+export class TrainingView {
+  private readonly root: HTMLElement;
+  private readonly getToml: () => string;
+  private state: JobState = "idle";
+  /** The run being trained, if any. */
+  private liveRun: number | null = null;
+  /** The run whose charts are shown. */
+  private shownRun: number | null = null;
+  private store = new SeriesStore();
+  private readonly charts = CHARTS.map((c) => new ChartPanel(c.id, c.title, (what, detail) => this.showError({ what, detail, file: null, field: null })));
+  private redrawQueued = false;
+
+  private readonly startButton = h("button", { id: "train-start", class: "primary", onclick: () => void this.start() }, "Start");
+  private readonly pauseButton = h("button", { id: "train-pause", onclick: () => void this.command("pausing", commands.pauseTraining()) }, "Pause");
+  private readonly resumeButton = h("button", { id: "train-resume", onclick: () => void this.command("running", commands.resumeTraining()) }, "Resume");
+  private readonly stopButton = h("button", { id: "train-stop", onclick: () => void this.command("stopping", commands.stopTraining()) }, "Stop");
+  private readonly stateLabel = h("span", { id: "train-state", class: "status" }, "idle");
+  private readonly runLabel = h("span", { id: "train-run", class: "file" });
+  private readonly phaseLabel = h("span", { id: "train-phase" }, "–");
+  private readonly stepLabel = h("span", { id: "train-step" }, "–");
+  private readonly speedLabel = h("span", { id: "train-speed" }, "–");
+  private readonly etaLabel = h("span", { id: "train-eta" }, "–");
+  private readonly progress = h("progress", { id: "train-progress", max: 1, value: 0 });
+  private readonly message = h("div", { id: "train-message", class: "message", role: "status" });
+  private readonly log = h("pre", { id: "train-log", class: "log" });
+  private readonly smoothing = h("input", { id: "train-smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: 0 });
+  private readonly smoothingValue = h("span", { class: "file" }, "0.00");
+
+  constructor(root: HTMLElement, getToml: () => string) {
+    this.root = root;
+    this.getToml = getToml;
+  }
+
+  async mount(): Promise<void> {
+    this.smoothing.addEventListener("input", () => {
+      const w = Number(this.smoothing.value);
+      this.smoothingValue.textContent = w.toFixed(2);
+      for (const chart of this.charts) chart.setSmoothing(w);
+    });
+    this.root.replaceChildren(
+      h(
+        "div",
+        { class: "toolbar" },
+        this.startButton,
+        this.pauseButton,
+        this.resumeButton,
+        this.stopButton,
+        this.stateLabel,
+        this.runLabel,
+        h("span", { class: "spacer" }),
+        h("label", { title: "Exponential moving average of each curve (0 = raw values)" }, "Smoothing ", this.smoothing, " ", this.smoothingValue),
+      ),
+      h(
+        "div",
+        { class: "statusbar", id: "train-statusbar" },
+        h("span", {}, "phase ", this.phaseLabel),
+        h("span", {}, "step ", this.stepLabel),
+        this.progress,
+        h("span", {}, this.speedLabel, " tokens/s"),
+        h("span", {}, "ETA ", this.etaLabel),
+      ),
+      this.message,
+      h(
+        "div",
+        { class: "train-body" },
+        h("div", { class: "chart-grid", id: "train-charts" }, ...this.charts.map((c) => c.element)),
+        h("div", { class: "log-panel" }, h("h3", {}, "Log"), this.log),
+      ),
+    );
+    await events.trainingEvent.listen((event) => this.onEvent(event.payload));
+    const running = await commands.activeTraining();
+    if (running !== null) {
+      this.liveRun = running;
+      this.setState("running");
+      await this.showRun(running);
+    } else {
+      this.setState("idle");
+    }
+  }
+
+  /** Shows the charts of `run` from the store (its history so far). */
+  async showRun(run: number): Promise<void> {
+    const result = await commands.runMetrics(run);
+    if (result.status === "error") return this.showError(result.error);
+    this.shownRun = run;
+    this.store = new SeriesStore(result.data.series);
+    this.runLabel.textContent = `run ${run} · ${result.data.name}${run === this.liveRun ? " (training)" : ""}`;
+    this.redraw();
+  }
+
+  private async start(): Promise<void> {
+    this.setState("starting");
+    this.message.textContent = "";
+    this.message.className = "message";
+    const result = await commands.startTraining(this.getToml(), null);
+    if (result.status === "error") {
+      this.setState("idle");
+      return this.showError(result.error);
+    }
+    this.liveRun = result.data;
+    if (this.shownRun !== result.data) {
+      this.shownRun = result.data;
+      this.store = new SeriesStore();
+      this.redraw();
+    }
+    this.runLabel.textContent = `run ${result.data}`;
+    this.log.textContent = "";
+  }
+
+  /** Continues `run` from its latest checkpoint with its own config. */
+  async continueRun(run: number): Promise<void> {
+    const config = await commands.runConfig(run);
+    if (config.status === "error") return this.showError(config.error);
+    this.setState("starting");
+    const result = await commands.startTraining(config.data, run);
+    if (result.status === "error") {
+      this.setState("idle");
+      return this.showError(result.error);
+    }
+    this.liveRun = run;
+    await this.showRun(run);
+  }
+
+  private async command(next: JobState, request: Promise<{ status: "ok"; data: number } | { status: "error"; error: StudioError }>): Promise<void> {
+    const before = this.state;
+    this.setState(next);
+    const result = await request;
+    if (result.status === "error") {
+      this.setState(before);
+      this.showError(result.error);
+    }
+  }
+
+  private onEvent(event: TrainingEvent): void {
+    switch (event.kind) {
+      case "started":
+        this.liveRun = event.run;
+        this.setState("running");
+        this.addLog("info", `run ${event.run} ${event.resumed ? "continues from its checkpoint" : "started"}`);
+        break;
+      case "phase":
+        this.phaseLabel.textContent = event.phase;
+        this.addLog("info", `phase ${event.phase}: ${event.n_steps} steps from step ${event.first_step}`);
+        break;
+      case "step": {
+        if (this.state === "starting") this.setState("running");
+        this.phaseLabel.textContent = event.phase;
+        this.stepLabel.textContent = `${event.step} / ${event.total_steps}`;
+        this.progress.value = event.total_steps > 0 ? event.step / event.total_steps : 0;
+        this.speedLabel.textContent = formatValue(event.tokens_per_sec);
+        this.etaLabel.textContent = formatDuration(event.eta_secs);
+        if (this.shownRun === event.run) {
+          this.store.addStep(event.step, event.metrics);
+          this.queueRedraw();
+        }
+        break;
+      }
+      case "log":
+        this.addLog(event.level, event.message);
+        break;
+      case "checkpoint":
+        this.addLog("info", `checkpoint at step ${event.step}: ${event.path}`);
+        break;
+      case "paused":
+        this.setState("paused");
+        this.addLog("info", "paused");
+        break;
+      case "resumed":
+        this.setState("running");
+        this.addLog("info", "resumed");
+        break;
+      case "finished":
+        this.liveRun = null;
+        this.setState("idle");
+        this.stateLabel.textContent = event.status;
+        this.stateLabel.dataset.outcome = event.status;
+        this.addLog(event.error ? "error" : "info", `run ${event.run} ${event.status}${event.error ? `: ${event.error.detail}` : ""}`);
+        if (event.error) this.showError(event.error);
+        else this.showInfo(`Run ${event.run} ${event.status}.`);
+        break;
+    }
+  }
+
+  private setState(state: JobState): void {
+    this.state = state;
+    this.stateLabel.textContent = state;
+    this.stateLabel.className = `status state-${state}`;
+    delete this.stateLabel.dataset.outcome;
+    this.startButton.disabled = state !== "idle";
+    this.pauseButton.disabled = state !== "running";
+    this.resumeButton.disabled = state !== "paused";
+    this.stopButton.disabled = !(state === "running" || state === "paused" || state === "pausing");
+  }
+
+  private addLog(level: string, text: string): void {
+    const time = new Date().toTimeString().slice(0, 8);
+    this.log.append(h("div", { class: `log-${level}` }, `${time} ${level.padEnd(5)} ${text}`));
+    while (this.log.childElementCount > MAX_LOG) this.log.firstElementChild?.remove();
+    this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  private queueRedraw(): void {
+    if (this.redrawQueued) return;
+    this.redrawQueued = true;
+    requestAnimationFrame(() => {
+      this.redrawQueued = false;
+      this.redraw();
+    });
+  }
+
+  private redraw(): void {
+    const keys = this.store.keys();
+    CHARTS.forEach((def, i) => {
+      const series = keysFor(def, keys).flatMap((k) => this.store.get(k) ?? []);
+      this.charts[i].setSeries(series);
+    });
+  }
+
+  private showError(error: StudioError): void {
+    const where = [error.file, error.field].filter(Boolean).join(", ");
+    this.message.textContent = `${error.what}: ${error.detail}${where ? ` (${where})` : ""}`;
+    this.message.className = "message error";
+  }
+
+  private showInfo(text: string): void {
+    this.message.textContent = text;
+    this.message.className = "message info";
+  }
+}

@@ -212,7 +212,10 @@ fn edit_a_preset_see_a_field_error_fix_it_and_save() {
     let error = s
         .wait_for(
             "the field error",
-            "return document.getElementById('error-rl.micro_batch_size').textContent",
+            // Clearing the field first may briefly show "enter a number"; wait for the rule's
+            // message about the typed value.
+            "const text = document.getElementById('error-rl.micro_batch_size').textContent; \
+             return text.includes('must divide') ? text : null",
             Duration::from_secs(10),
         )
         .unwrap();

@@ -599,7 +599,7 @@ pub struct RlConfig {
     #[serde(default = "defaults::max_prompt_tokens")]
     #[schemars(range(min = 16))]
     pub max_prompt_tokens: u32,
-    /// Longest response, in tokens, over a whole trajectory.
+    /// Longest generation, in tokens: one assistant turn or one rehearsed tool response.
     #[serde(default = "defaults::max_response_tokens")]
     #[schemars(range(min = 16))]
     pub max_response_tokens: u32,

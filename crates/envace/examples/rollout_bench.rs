@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envace::config::{self, ExperimentConfig, TaskSplit};
-use envace::controller::NoHooks;
 use envace::model::{Policy, Sampling};
 use envace::rehearse::ResponseCache;
 use envace::rl::session::{Session, load_sources, task_pool};
@@ -39,7 +38,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map_err(|e| e.to_string())?,
     };
     let n_episodes: usize = value_of("--episodes").map_or(Ok(16), |n| n.parse())?;
-    let _ = NoHooks;
 
     let dir = tempfile::tempdir()?;
     let store = Store::open(&dir.path().join("runs.sqlite"))?;

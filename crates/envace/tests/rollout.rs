@@ -18,12 +18,12 @@ use envace::judge::RuleJudge;
 use envace::model::{Policy, Sampling, TransformerConfig};
 use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
 use envace::rollout::{
-    EndReason, EpisodeRecord, EpisodeSpec, GenRequest, Label, PolicyGenerator, ResponseMode,
-    ResponseSource, RoleRouter, RolloutSettings, Scripted, TokenCodec, load_episodes,
+    EndReason, EpisodeRecord, EpisodeSpec, GenRequest, Label, OracleActor, PolicyGenerator,
+    ResponseMode, ResponseSource, RoleRouter, RolloutSettings, Scripted, TokenCodec, load_episodes,
     record_episodes, run_batch,
 };
 use envace::store::{Batch, Store};
-use envace::tasks::{self, GenConfig, GenSources, GenTask, Role as MsgRole};
+use envace::tasks::{self, GenConfig, GenSources, GenTask};
 use envace::tokenize;
 use serde_json::{Value, json};
 
@@ -99,20 +99,6 @@ fn specs(tasks: &[Arc<GenTask>]) -> Vec<EpisodeSpec> {
         .collect()
 }
 
-/// The oracle's assistant turns, per episode.
-fn oracle_turns(tasks: &[Arc<GenTask>]) -> Vec<Vec<String>> {
-    tasks
-        .iter()
-        .map(|t| {
-            t.oracle
-                .iter()
-                .filter(|m| m.role == MsgRole::Assistant)
-                .map(|m| m.content.clone())
-                .collect()
-        })
-        .collect()
-}
-
 /// The current call of a rehearse prompt: `tool: NAME` and `arguments: JSON` after
 /// `# Current call`.
 fn current_call(prompt: &str) -> (String, Value) {
@@ -144,11 +130,6 @@ fn real_rehearser(
         let answer = outcome_json(&envs[request.episode_idx].call(&name, &arguments));
         corrupt(&name, answer.clone()).unwrap_or_else(|| execution_result_block(&answer))
     }
-}
-
-fn oracle_actor(tasks: &[Arc<GenTask>]) -> impl FnMut(&GenRequest, &str) -> String {
-    let turns = oracle_turns(tasks);
-    move |request, _| turns[request.episode_idx][request.turn_idx].clone()
 }
 
 fn run(
@@ -185,13 +166,13 @@ fn oracle_with_the_real_environment_rehearsing_scores_full_fidelity() {
     let rehearsed = run(
         &tasks,
         &settings(ResponseMode::Rehearse),
-        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut OracleActor::new(&tasks),
         &mut Scripted::new(real_rehearser(&tasks, |_, _| None)),
     );
     let real = run(
         &tasks,
         &settings(ResponseMode::Real),
-        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut OracleActor::new(&tasks),
         &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!("real mode never rehearses")),
     );
     let mut n_pairs = 0;
@@ -245,7 +226,7 @@ fn a_corrupted_simulator_loses_exactly_the_corrupted_values() {
     let episodes = run(
         &tasks,
         &settings(ResponseMode::Rehearse),
-        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut OracleActor::new(&tasks),
         &mut Scripted::new(real_rehearser(&tasks, |_, mut answer| {
             corrupt_first_string(&mut answer).then(|| execution_result_block(&answer))
         })),
@@ -303,7 +284,7 @@ fn every_unreadable_rehearsal_ends_the_episode_with_its_code() {
         let episodes = run(
             &tasks,
             &settings(ResponseMode::Rehearse),
-            &mut Scripted::new(oracle_actor(&tasks)),
+            &mut OracleActor::new(&tasks),
             &mut Scripted::new(move |_: &GenRequest, _: &str| answer.to_owned()),
         );
         let episode = &episodes[0];
@@ -474,7 +455,7 @@ fn labels_mark_prompt_act_injected_and_rehearse_tokens() {
     let episodes = run(
         &tasks,
         &settings(ResponseMode::Rehearse),
-        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut OracleActor::new(&tasks),
         &mut Scripted::new(real_rehearser(&tasks, |_, _| None)),
     );
     for episode in &episodes {
@@ -546,7 +527,7 @@ fn the_tiny_model_rehearses_and_the_batch_round_trips_through_the_store() {
     let episodes = run(
         &tasks,
         &settings,
-        &mut Scripted::new(oracle_actor(&tasks)),
+        &mut OracleActor::new(&tasks),
         &mut rehearser,
     );
     let mut n_rehearsed = 0;

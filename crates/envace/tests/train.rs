@@ -16,52 +16,7 @@ use envace::rollout::Label;
 use envace::store::Store;
 
 /// A small job: functions domain (no data files), 3 SFT steps and 2 GRPO steps.
-pub const TINY_JOB: &str = r#"
-[run]
-name = "tiny-job"
-seed = 7
-checkpoint_interval_steps = 2
-
-[model]
-source = "tiny"
-
-[model.tiny]
-hidden_size = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-intermediate_size = 64
-vocab_size = 500
-max_position_embeddings = 4096
-
-[env]
-domains = ["functions"]
-difficulty = 1
-max_turns = 2
-max_parallel_calls = 2
-tool_response_mode = "rehearse"
-
-[sft]
-enabled = true
-n_steps = 3
-n_tasks = 12
-lr = 1e-3
-batch_size = 4
-micro_batch_size = 2
-
-[rl]
-n_steps = 2
-batch_size = 2
-group_size = 2
-micro_batch_size = 2
-lr = 1e-4
-max_prompt_tokens = 1024
-max_response_tokens = 24
-
-[eval]
-interval_steps = 2
-max_tasks = 2
-"#;
+pub const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
 
 fn tiny_policy(seed: u64) -> Policy {
     let tiny = TinyModelConfig {

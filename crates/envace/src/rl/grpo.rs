@@ -46,8 +46,7 @@ use crate::store::{Batch, EvalRow, now_secs};
 use crate::tasks::{self, GenTask};
 
 use super::session::{Phase, Session};
-use super::sft::accumulate;
-use super::{AdamW, PaddedBatch, TrainItem, learning_rate, pad_batch, token_logprobs};
+use super::{AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
 
 /// Advantages of `(group, role, reward)` rows: each row's reward minus the mean over its
 /// baseline set (same group and role, or same group when pooled), divided by that set's
@@ -467,7 +466,7 @@ pub fn train(
                 let step_grads = loss
                     .backward()
                     .map_err(|e| Error::candle("GRPO backward", e))?;
-                accumulate(&mut grads, step_grads, session)?;
+                accumulate(&mut grads, step_grads, &session.policy)?;
             }
         }
         let lr = learning_rate(

@@ -150,6 +150,31 @@ pub fn mean_entropy(logp: &Tensor, weight: &Tensor) -> Result<f64> {
     run().map_err(|e| Error::candle("entropy", e))
 }
 
+/// Adds `grads` of the policy's parameters into `total`.
+pub(crate) fn accumulate(
+    total: &mut Option<GradStore>,
+    grads: GradStore,
+    policy: &Policy,
+) -> Result<()> {
+    match total {
+        None => *total = Some(grads),
+        Some(acc) => {
+            for var in policy.vars().values() {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    let sum = match acc.get(var.as_tensor()) {
+                        Some(prev) => {
+                            (prev + g).map_err(|e| Error::candle("gradient accumulation", e))?
+                        }
+                        None => g.clone(),
+                    };
+                    acc.insert(var.as_tensor(), sum);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The learning rate at `step` (0-based): linear warm-up over `warmup_steps` to `lr`, then
 /// constant or cosine decay to `lr × min_lr_ratio` at `n_steps`.
 pub fn learning_rate(

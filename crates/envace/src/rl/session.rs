@@ -373,7 +373,7 @@ impl Session {
         let state = SavedState {
             phase: self.phase,
             next_step: self.next_step,
-            cache: self.cache_entries(),
+            cache: self.cache.entries(),
         };
         let state_text = serde_json::to_string(&state).map_err(|e| Error::Data {
             source_name: "checkpoint state".to_owned(),
@@ -395,10 +395,6 @@ impl Session {
         });
         self.writer.store_mut().write(&batch)?;
         Ok(final_dir)
-    }
-
-    fn cache_entries(&self) -> Vec<(String, Vec<Example>)> {
-        self.cache.entries()
     }
 
     /// Saves the frozen reference policy once, at the start of RL.

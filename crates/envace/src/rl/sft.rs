@@ -20,8 +20,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use candle_core::backprop::GradStore;
-
 use crate::config::{LrSchedule, Role};
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
@@ -31,7 +29,7 @@ use crate::rollout::{
 use crate::tasks::{self, GenTask, Rng};
 
 use super::session::{Phase, Session, optimizer_weight_decay};
-use super::{AdamW, TrainItem, learning_rate, pad_batch, token_logprobs};
+use super::{AdamW, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
 
 /// Runs the oracle through the engine on every task and returns the labelled samples.
 pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec<TrainItem>> {
@@ -105,31 +103,6 @@ fn batch_indices(seed: u64, step: u32, batch_size: usize, n_items: usize) -> Vec
         }
     }
     out
-}
-
-/// Adds `grads` of the policy's parameters into `total`.
-pub(crate) fn accumulate(
-    total: &mut Option<GradStore>,
-    grads: GradStore,
-    session: &Session,
-) -> Result<()> {
-    match total {
-        None => *total = Some(grads),
-        Some(acc) => {
-            for var in session.policy.vars().values() {
-                if let Some(g) = grads.get(var.as_tensor()) {
-                    let sum = match acc.get(var.as_tensor()) {
-                        Some(prev) => {
-                            (prev + g).map_err(|e| Error::candle("gradient accumulation", e))?
-                        }
-                        None => g.clone(),
-                    };
-                    acc.insert(var.as_tensor(), sum);
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Runs the SFT phase from `session.next_step` to its end; returns [`Flow::Stop`] when
@@ -220,7 +193,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
             let step_grads = loss
                 .backward()
                 .map_err(|e| Error::candle("SFT backward", e))?;
-            accumulate(&mut grads, step_grads, session)?;
+            accumulate(&mut grads, step_grads, &session.policy)?;
         }
         let lr = learning_rate(sft.lr, LrSchedule::Constant, warmup, 1.0, step, n_steps);
         let grad_norm = match (grads, session.optimizer.as_mut()) {

@@ -210,7 +210,10 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
     std::fs::create_dir_all(first.parent().unwrap()).unwrap();
     std::fs::create_dir_all(second.parent().unwrap()).unwrap();
     run_job(&config, &first);
-    run_job(&config, &second);
+    // The second run keeps only its two newest checkpoints on disk; metrics must not change.
+    let mut pruned = config.clone();
+    pruned.run.keep_checkpoints = 2;
+    run_job(&pruned, &second);
     let a = job_metrics(&first);
     let b = job_metrics(&second);
     let steps: std::collections::BTreeSet<u64> = a
@@ -237,6 +240,18 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
         .map(|c| c.step)
         .collect();
     assert_eq!(steps, [1, 2, 4]);
+    let pruned_store = Store::open(&second).unwrap();
+    let pruned_run = pruned_store.view().runs().unwrap()[0].id;
+    let kept = pruned_store.view().checkpoints(pruned_run).unwrap();
+    assert_eq!(kept.iter().map(|c| c.step).collect::<Vec<_>>(), [2, 4]);
+    let run_dir = std::path::Path::new(&kept[0].path).parent().unwrap();
+    let mut on_disk: Vec<String> = std::fs::read_dir(run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("step-"))
+        .collect();
+    on_disk.sort();
+    assert_eq!(on_disk, ["step-2", "step-4"], "step-1 deleted, the newest two kept");
     let episodes = store.view().trajectories(run).unwrap();
     assert_eq!(episodes.len(), 2 * 4, "2 RL steps × 2 prompts × 2 episodes");
 }

@@ -72,6 +72,11 @@ pub struct RunConfig {
     #[serde(default = "defaults::checkpoint_interval_steps")]
     #[schemars(range(min = 1))]
     pub checkpoint_interval_steps: u32,
+    /// Keep only the newest this many checkpoints of the run on disk: older ones are deleted
+    /// as new ones land (a tiny model's checkpoint with its optimizer state is about 50 MB).
+    /// 0 keeps every checkpoint.
+    #[serde(default = "defaults::keep_checkpoints")]
+    pub keep_checkpoints: u32,
 }
 
 /// Where the policy's weights come from.
@@ -783,6 +788,9 @@ mod defaults {
     }
     pub fn checkpoint_interval_steps() -> u32 {
         50
+    }
+    pub fn keep_checkpoints() -> u32 {
+        3
     }
     pub fn hidden_size() -> u32 {
         256

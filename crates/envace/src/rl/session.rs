@@ -394,7 +394,27 @@ impl Session {
             wall_time: now_secs(),
         });
         self.writer.store_mut().write(&batch)?;
+        self.prune_checkpoints()?;
         Ok(final_dir)
+    }
+
+    /// Deletes all but the newest `[run].keep_checkpoints` checkpoints (files, then rows).
+    fn prune_checkpoints(&mut self) -> Result<()> {
+        let keep = self.config.run.keep_checkpoints as usize;
+        if keep == 0 {
+            return Ok(());
+        }
+        let rows = self.writer.store_mut().view().checkpoints(self.run)?;
+        let n_old = rows.len().saturating_sub(keep);
+        for row in rows.into_iter().take(n_old) {
+            let dir = PathBuf::from(&row.path);
+            // Only ever delete a checkpoint folder of this run.
+            if dir.parent() == Some(self.run_dir.as_path()) && dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            }
+            self.writer.store_mut().delete_checkpoint(self.run, row.step)?;
+        }
+        Ok(())
     }
 
     /// Saves the frozen reference policy once, at the start of RL.

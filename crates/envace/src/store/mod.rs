@@ -221,6 +221,17 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets a run's checkpoint at `step` (after its files were deleted).
+    pub fn delete_checkpoint(&mut self, run: RunId, step: u64) -> Result<()> {
+        self.conn
+            .execute(
+                "DELETE FROM checkpoints WHERE run_id = ?1 AND step = ?2",
+                rusqlite::params![run.0, step as i64],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
     /// Writes a batch of rows for one run in a single transaction: all or nothing.
     pub fn write(&mut self, batch: &Batch) -> Result<()> {
         if batch.is_empty() {

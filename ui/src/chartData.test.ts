@@ -1,7 +1,7 @@
 // Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
-import { CHARTS, SeriesStore, align, decimate, ema, formatDuration, formatValue, keysFor, lastValue, type Aligned } from "./chartData";
+import { CHARTS, SeriesStore, align, decimate, ema, flatRange, formatDuration, formatValue, keysFor, lastValue, type Aligned } from "./chartData";
 
 const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
 
@@ -119,5 +119,14 @@ describe("formatting", () => {
     expect(formatDuration(3725)).toBe("1h 02m");
     expect(formatDuration(65)).toBe("1m 05s");
     expect(formatDuration(null)).toBe("–");
+  });
+});
+
+describe("flatRange", () => {
+  it("widens only a flat range", () => {
+    expect(flatRange(0, 0)).toEqual([-1, 1]);
+    expect(flatRange(6.2, 6.2)).toEqual([6.2 - 0.62, 6.2 + 0.62]);
+    expect(flatRange(-2, -2)).toEqual([-2.2, -1.8]);
+    expect(flatRange(1, 3)).toEqual([1, 3]);
   });
 });

@@ -246,3 +246,16 @@ export function formatDuration(secs: number | null | undefined): string {
   if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
   return `${s}s`;
 }
+
+/**
+ * The y range around a flat series: uPlot would show a lone value or a constant on a 0–100
+ * axis, so a flat range is widened by a tenth of its magnitude (by 1 around zero).
+ */
+export function flatRange(min: number, max: number): [number, number] {
+  if (min !== max) return [min, max];
+  const pad = Math.abs(min) * 0.1 || 1;
+  return [min - pad, max + pad];
+}
+
+/** Tick spacings of a step axis: whole steps only. */
+export const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6];

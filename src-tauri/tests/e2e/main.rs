@@ -76,6 +76,20 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
+/// Starts moving a transparent 1-pixel element in the corner of the page (see [`Studio::shot`]).
+const KEEP_REPAINTING: &str = "\
+    const tick = document.createElement('div'); \
+    tick.id = 'e2e-repaint'; \
+    tick.style.cssText = 'position: fixed; left: 0; bottom: 0; width: 1px; height: 1px; pointer-events: none'; \
+    document.body.append(tick); \
+    let n = 0; \
+    window.__e2eRepaint = setInterval(() => { tick.style.transform = n++ % 2 ? 'translateX(1px)' : 'none'; }, 50);";
+
+/// Removes what [`KEEP_REPAINTING`] added.
+const STOP_REPAINTING: &str = "\
+    clearInterval(window.__e2eRepaint); \
+    document.getElementById('e2e-repaint')?.remove();";
+
 struct Studio {
     session: Option<Session>,
     _driver: Guard,
@@ -154,7 +168,13 @@ impl Studio {
                 .unwrap();
         }
         std::thread::sleep(Duration::from_millis(1000));
-        let png = self.s().screenshot().unwrap();
+        // WebKitWebDriver answers a screenshot only after the page's next repaint, and a page
+        // where nothing changes never repaints (the call then hangs). A transparent pixel that
+        // moves every 50 ms keeps repaints coming while the screenshot is taken.
+        self.s().script(KEEP_REPAINTING, json!([])).unwrap();
+        let png = self.s().screenshot();
+        self.s().script(STOP_REPAINTING, json!([])).unwrap();
+        let png = png.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         let path = screenshots_dir().join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap();

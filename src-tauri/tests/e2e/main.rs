@@ -2,6 +2,7 @@
 //! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
+mod close;
 mod training;
 mod webdriver;
 
@@ -94,6 +95,7 @@ struct Studio {
     session: Option<Session>,
     _driver: Guard,
     _display: Guard,
+    display: String,
     runtime_dir: tempfile::TempDir,
 }
 
@@ -148,8 +150,14 @@ impl Studio {
             session: Some(session),
             _driver: driver,
             _display: display,
+            display: name,
             runtime_dir,
         }
+    }
+
+    /// The X display the studio runs on.
+    fn display(&self) -> &str {
+        &self.display
     }
 
     fn s(&self) -> &Session {

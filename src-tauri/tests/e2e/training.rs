@@ -10,7 +10,7 @@ use super::{Studio, TAB};
 
 /// A job small enough for a debug build: functions domain (no data files), 3 SFT steps, then
 /// GRPO steps with rehearsed tool answers (stopped by the test long before the last one).
-const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
+pub const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
 [run]
 name = "studio-tiny"
 seed = 7

@@ -12,9 +12,9 @@ use tauri_plugin_dialog::DialogExt;
 
 use crate::StudioState;
 use crate::contract::{
-    CallView, ConfigCheck, DiffLine, Document, Edit, EpisodePage, EpisodeView, FidelityScores,
-    FieldIssue, MessageView, MetricSeries, PresetInfo, RunInfo, RunMetrics, StudioError, TurnView,
-    finite,
+    CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
+    FidelityScores, FieldIssue, MessageView, MetricSeries, PresetInfo, RunInfo, RunMetrics,
+    StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -535,4 +535,17 @@ pub async fn save_png(
     envace::fsutil::write_atomically(&target, &bytes)
         .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
     Ok(Some(target.display().to_string()))
+}
+
+/// Checks the endpoint at `path` of the config text (`["judge", "endpoint"]`,
+/// `["env", "external"]`): its model list and a one-token chat completion, with the engine's
+/// OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
+#[tauri::command]
+#[specta::specta]
+pub async fn check_endpoint(toml: String, path: Vec<String>) -> Result<EndpointCheck, StudioError> {
+    let endpoint = crate::endpoint_check::endpoint_at(&toml, &path)?;
+    let at = path.join(".");
+    tauri::async_runtime::spawn_blocking(move || crate::endpoint_check::check(endpoint, &at))
+        .await
+        .map_err(|err| StudioError::new("Cannot check the connection", err))?
 }

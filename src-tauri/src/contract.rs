@@ -362,3 +362,23 @@ pub struct EpisodePage {
     /// Its episodes.
     pub episodes: Vec<EpisodeView>,
 }
+
+/// What a connection check of an endpoint (LLM judge, external simulator) found.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EndpointCheck {
+    /// The endpoint answered a one-token chat completion with its model.
+    pub ok: bool,
+    /// The URL of the chat completion, or of the request that failed.
+    pub url: String,
+    /// The model ids the endpoint lists (`GET {url}/models`); empty when it lists none.
+    pub models: Vec<String>,
+    /// Whether the configured model is among `models`; `None` when none are listed.
+    pub model_listed: Option<bool>,
+    /// Why the model list could not be read (the chat may work all the same).
+    pub models_error: Option<String>,
+    /// Milliseconds the one-token chat completion took, when it succeeded.
+    pub latency_ms: Option<f64>,
+    /// One line for the person: what answered and how fast, or what failed, naming the URL
+    /// and the HTTP status.
+    pub summary: String,
+}

@@ -2,6 +2,7 @@
 
 pub mod commands;
 pub mod contract;
+pub mod endpoint_check;
 pub mod training;
 
 use std::path::PathBuf;
@@ -45,6 +46,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::diff_runs,
             commands::run_episodes,
             commands::save_png,
+            commands::check_endpoint,
         ])
         .events(tauri_specta::collect_events![contract::TrainingEvent])
 }

@@ -62,6 +62,12 @@ export const commands = {
 	 *  path written, or `None` when the person cancelled.
 	 */
 	savePng: (pngBase64: string, name: string, path: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("save_png", { pngBase64, name, path })),
+	/**
+	 *  Checks the endpoint at `path` of the config text (`["judge", "endpoint"]`,
+	 *  `["env", "external"]`): its model list and a one-token chat completion, with the engine's
+	 *  OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
+	 */
+	checkEndpoint: (toml: string, path: string[]) => typedError<EndpointCheck, StudioError>(__TAURI_INVOKE("check_endpoint", { toml, path })),
 };
 
 /** Events */
@@ -124,6 +130,27 @@ export type Edit = {
 	toml: string,
 	/**  The validator's verdict on it. */
 	check: ConfigCheck,
+};
+
+/**  What a connection check of an endpoint (LLM judge, external simulator) found. */
+export type EndpointCheck = {
+	/**  The endpoint answered a one-token chat completion with its model. */
+	ok: boolean,
+	/**  The URL of the chat completion, or of the request that failed. */
+	url: string,
+	/**  The model ids the endpoint lists (`GET {url}/models`); empty when it lists none. */
+	models: string[],
+	/**  Whether the configured model is among `models`; `None` when none are listed. */
+	model_listed: boolean | null,
+	/**  Why the model list could not be read (the chat may work all the same). */
+	models_error: string | null,
+	/**  Milliseconds the one-token chat completion took, when it succeeded. */
+	latency_ms: number | null,
+	/**
+	 *  One line for the person: what answered and how fast, or what failed, naming the URL
+	 *  and the HTTP status.
+	 */
+	summary: string,
 };
 
 /**  The episodes of one step of a run. */

@@ -119,6 +119,7 @@ export class Editor {
         h("p", { class: "help" }, "Not set. ", section.help),
       );
     } else {
+      if (isEndpoint(section)) body.push(this.connectionCheck(section));
       body.push(...section.fields.map((f) => this.renderField(f)));
       body.push(...section.sections.map((s) => this.renderSection(s)));
     }
@@ -129,6 +130,33 @@ export class Editor {
       section.help && !(section.optional && !present) ? h("p", { class: "help" }, section.help) : null,
       ...body,
     );
+  }
+
+  /** A "Check connection" button for an endpoint table and the line its result goes in. */
+  private connectionCheck(section: Section): HTMLElement {
+    const result = h("span", { id: `check-result-${section.id}`, class: "check-result", role: "status" });
+    const button = h("button", { id: `check-${section.id}`, title: "List the endpoint's models and time a one-token chat completion" }, "Check connection");
+    button.addEventListener("click", () => {
+      void (async () => {
+        button.disabled = true;
+        result.className = "check-result";
+        result.textContent = "Checking…";
+        await this.pending;
+        const outcome = await commands.checkEndpoint(this.state.toml, section.path);
+        button.disabled = false;
+        if (outcome.status === "error") {
+          result.className = "check-result check-bad";
+          result.textContent = `${outcome.error.detail}${outcome.error.field ? ` (${outcome.error.field})` : ""}`;
+          return;
+        }
+        const check = outcome.data;
+        result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
+        result.textContent = check.summary;
+        result.title = [check.models.length ? `Models: ${check.models.join(", ")}` : "", check.models_error ? `Model list: ${check.models_error}` : ""].filter(Boolean).join("\n");
+        result.dataset.ok = String(check.ok);
+      })();
+    });
+    return h("div", { class: "connection-check" }, button, result);
   }
 
   private renderField(field: Field): HTMLElement {
@@ -342,4 +370,10 @@ export class Editor {
     if (result.status === "error") return this.showError(result.error);
     this.diffView.replaceChildren(...renderDiff(result.data, `Changes against preset ${preset}:`, `Same as preset ${preset}.`));
   }
+}
+
+/** An endpoint table (LLM judge, external simulator): it has a `url` and a `model`. */
+function isEndpoint(section: Section): boolean {
+  const keys = new Set(section.fields.map((f) => f.path[f.path.length - 1]));
+  return keys.has("url") && keys.has("model");
 }

@@ -250,7 +250,8 @@ pub enum EndpointFailure {
         /// What the connection did.
         message: String,
     },
-    /// A 2xx reply that is not a chat completion (not JSON, no choices, wrong field types).
+    /// A 2xx reply that is not what was asked for, a chat completion or a model list (not
+    /// JSON, no choices, wrong field types).
     BadResponse {
         /// The URL posted to.
         url: String,
@@ -339,7 +340,7 @@ impl fmt::Display for EndpointFailure {
                 message,
             } => write!(
                 f,
-                "{url}: not a chat completion ({attempts} {}): {message}",
+                "{url}: unexpected reply ({attempts} {}): {message}",
                 tries(*attempts)
             ),
         }
@@ -390,6 +391,7 @@ impl Drop for Permit {
 #[derive(Clone)]
 pub struct ChatClient {
     endpoint: String,
+    models_url: String,
     model: String,
     api_key: Option<String>,
     timeout: Duration,
@@ -484,6 +486,7 @@ impl ChatClient {
         );
         Ok(ChatClient {
             endpoint: format!("{base}/chat/completions"),
+            models_url: format!("{base}/models"),
             model: cfg.model.clone(),
             api_key,
             timeout,
@@ -515,6 +518,55 @@ impl ChatClient {
     /// The model name sent with each request.
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// The model ids the endpoint lists (`GET {url}/models`, answered by OpenAI-compatible
+    /// servers as `{"data": [{"id": …}, …]}`), in one attempt with the per-attempt time
+    /// limit and no retry: what a connection check shows.
+    pub fn list_models(&self) -> std::result::Result<Vec<String>, EndpointFailure> {
+        let url = &self.models_url;
+        let mut request = self.agent.get(url);
+        if let Some(key) = &self.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let transport = |e| {
+            let mut failure = self.transport_failure(url, e);
+            failure.set_attempts(1);
+            failure
+        };
+        let _permit = self.limit.acquire();
+        let response = request.call().map_err(transport)?;
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().map_err(transport)?;
+        if !(200..300).contains(&status) {
+            return Err(EndpointFailure::Http {
+                url: url.clone(),
+                attempts: 1,
+                status,
+                body_excerpt: excerpt(&text),
+            });
+        }
+        let bad = |message: String| EndpointFailure::BadResponse {
+            url: url.clone(),
+            attempts: 1,
+            message,
+        };
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("the body is not JSON ({e}): {}", excerpt(&text))))?;
+        let data = value
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("no data array in {}", excerpt(&text))))?;
+        data.iter()
+            .enumerate()
+            .map(|(idx, model)| {
+                model
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(format!("data[{idx}].id is missing or not a string")))
+            })
+            .collect()
     }
 
     /// Sends `req`, retrying as the module doc says; the first choice of the reply, or why
@@ -559,7 +611,7 @@ impl ChatClient {
         }
         let response = request
             .send_json(body)
-            .map_err(|e| (self.transport_failure(e), None))?;
+            .map_err(|e| (self.transport_failure(&self.endpoint, e), None))?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
@@ -571,7 +623,7 @@ impl ChatClient {
         let text = response
             .into_body()
             .read_to_string()
-            .map_err(|e| (self.transport_failure(e), None))?;
+            .map_err(|e| (self.transport_failure(&self.endpoint, e), None))?;
         if !(200..300).contains(&status) {
             return Err((
                 EndpointFailure::Http {
@@ -595,7 +647,7 @@ impl ChatClient {
         })
     }
 
-    fn transport_failure(&self, error: ureq::Error) -> EndpointFailure {
+    fn transport_failure(&self, url: &str, error: ureq::Error) -> EndpointFailure {
         let timed_out = match &error {
             ureq::Error::Timeout(_) => true,
             ureq::Error::Io(io) => matches!(
@@ -606,13 +658,13 @@ impl ChatClient {
         };
         if timed_out {
             EndpointFailure::Timeout {
-                url: self.endpoint.clone(),
+                url: url.to_owned(),
                 attempts: 0,
                 timeout_secs: self.timeout.as_secs_f64(),
             }
         } else {
             EndpointFailure::Transport {
-                url: self.endpoint.clone(),
+                url: url.to_owned(),
                 attempts: 0,
                 message: error.to_string(),
             }

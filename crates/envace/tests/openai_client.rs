@@ -1,6 +1,7 @@
 //! The OpenAI-compatible chat client against tiny scripted HTTP servers started here: retries
 //! with backoff on 5xx, 429 and timeouts, no retry on other 4xx, the per-attempt time limit,
-//! the limit of requests in flight across clones, and failures returned as data.
+//! the limit of requests in flight across clones, failures returned as data, and the model list
+//! a connection check reads.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -103,7 +104,7 @@ impl Scripted {
     }
 }
 
-/// Reads one request (headers and a `Content-Length` body); its `Authorization` header, or
+/// Reads one request (headers and a `Content-Length` body, if any); its `Authorization` header, or
 /// `None` when the connection closed first.
 fn read_request(stream: &TcpStream) -> Option<Option<String>> {
     let mut reader = BufReader::new(stream);
@@ -126,10 +127,13 @@ fn read_request(stream: &TcpStream) -> Option<Option<String>> {
             }
         }
     }
-    let mut body = vec![0; content_length];
-    reader.read_exact(&mut body).ok()?;
-    let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    // A GET (the model list) has no body; a chat completion names the model.
+    if content_length > 0 {
+        let mut body = vec![0; content_length];
+        reader.read_exact(&mut body).ok()?;
+        let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    }
     Some(authorization)
 }
 
@@ -382,4 +386,60 @@ fn the_api_key_is_sent_as_a_bearer_token() {
         Some("Bearer envace")
     );
     assert!(!format!("{client:?}").contains("envace\""), "{client:?}");
+}
+
+#[test]
+fn the_model_list_is_read_in_one_attempt_and_failures_name_the_url() {
+    let server = Scripted::start(Duration::ZERO, |n| match n {
+        0 => Act::Reply(
+            200,
+            Vec::new(),
+            r#"{"object":"list","data":[{"id":"smollm2","object":"model"},{"id":"judge"}]}"#
+                .to_owned(),
+        ),
+        1 => status(503),
+        2 => Act::Reply(200, Vec::new(), r#"{"data":[{"name":"x"}]}"#.to_owned()),
+        _ => Act::Reply(200, Vec::new(), "<html>".to_owned()),
+    });
+    let client = client(&server.url, 5.0, 3, 1);
+    let models_url = format!("{}/models", server.url);
+    assert_eq!(
+        client.list_models().expect("a model list"),
+        ["smollm2", "judge"]
+    );
+    match client.list_models() {
+        Err(EndpointFailure::Http {
+            url,
+            attempts: 1,
+            status: 503,
+            ..
+        }) => assert_eq!(url, models_url),
+        other => panic!("expected one HTTP 503 failure, got {other:?}"),
+    }
+    let failure = client.list_models().expect_err("no id");
+    assert_eq!(
+        failure.to_string(),
+        format!(
+            "{models_url}: unexpected reply (1 attempt): data[0].id is missing or not a string"
+        )
+    );
+    let failure = client.list_models().expect_err("not JSON");
+    assert!(
+        failure.to_string().contains("the body is not JSON"),
+        "{failure}"
+    );
+    assert_eq!(server.n_requests(), 4, "no request is retried");
+
+    let refused = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        format!("http://{}/v1", listener.local_addr().expect("an address"))
+    };
+    match self::client(&refused, 5.0, 3, 1).list_models() {
+        Err(EndpointFailure::Transport {
+            url, attempts: 1, ..
+        }) => {
+            assert_eq!(url, format!("{refused}/models"));
+        }
+        other => panic!("expected a refused connection, got {other:?}"),
+    }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
 mod close;
+mod endpoints;
 mod training;
 mod webdriver;
 

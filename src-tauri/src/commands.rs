@@ -13,8 +13,8 @@ use tauri_plugin_dialog::DialogExt;
 use crate::StudioState;
 use crate::contract::{
     CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
-    FidelityScores, FieldIssue, MessageView, MetricSeries, PresetInfo, RunInfo, RunMetrics,
-    StudioError, TurnView, finite,
+    FidelityScores, FieldIssue, MessageView, MetricSeries, PathPick, PresetInfo, RunInfo,
+    RunMetrics, StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -548,4 +548,47 @@ pub async fn check_endpoint(toml: String, path: Vec<String>) -> Result<EndpointC
     tauri::async_runtime::spawn_blocking(move || crate::endpoint_check::check(endpoint, &at))
         .await
         .map_err(|err| StudioError::new("Cannot check the connection", err))?
+}
+
+/// Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the
+/// dialog's title), starting beside `current` when it names an existing place, else in the
+/// config file's folder. Returns the path picked, or `None` when the person cancelled.
+#[tauri::command]
+#[specta::specta]
+pub async fn pick_path(
+    app: tauri::AppHandle,
+    state: State<'_, StudioState>,
+    pick: PathPick,
+    field: String,
+    current: Option<String>,
+) -> Result<Option<String>, StudioError> {
+    let mut dialog = app.dialog().file();
+    let current = current.map(PathBuf::from).filter(|p| p.exists());
+    let start = current
+        .and_then(|p| {
+            if p.is_dir() {
+                Some(p)
+            } else {
+                p.parent().map(Path::to_path_buf)
+            }
+        })
+        .or_else(|| {
+            let folder = state.config_path.as_deref()?.parent()?;
+            folder.is_dir().then(|| folder.to_path_buf())
+        });
+    if let Some(dir) = start {
+        dialog = dialog.set_directory(dir);
+    }
+    let picked = match pick {
+        PathPick::Folder => dialog
+            .set_title(format!("Choose a folder for {field}"))
+            .blocking_pick_folder(),
+        PathPick::GgufFile => dialog
+            .set_title(format!("Choose a GGUF file for {field}"))
+            .add_filter("GGUF model", &["gguf"])
+            .blocking_pick_file(),
+    };
+    Ok(picked
+        .and_then(|file| file.into_path().ok())
+        .map(|path| path.display().to_string()))
 }

@@ -4,7 +4,7 @@
 //! front end, so they only serialize); `ui/src/bindings.ts` is generated
 //! from these declarations and the commands (see `tests/bindings.rs`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use specta::Type;
 
 /// A preset experiment the editor can start from.
@@ -381,4 +381,14 @@ pub struct EndpointCheck {
     /// One line for the person: what answered and how fast, or what failed, naming the URL
     /// and the HTTP status.
     pub summary: String,
+}
+
+/// What a config field's Browse button asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "snake_case")]
+pub enum PathPick {
+    /// A folder: a Hugging Face model folder, a data folder.
+    Folder,
+    /// A GGUF model file.
+    GgufFile,
 }

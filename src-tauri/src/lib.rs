@@ -47,6 +47,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::run_episodes,
             commands::save_png,
             commands::check_endpoint,
+            commands::pick_path,
         ])
         .events(tauri_specta::collect_events![contract::TrainingEvent])
 }

@@ -68,6 +68,12 @@ export const commands = {
 	 *  OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
 	 */
 	checkEndpoint: (toml: string, path: string[]) => typedError<EndpointCheck, StudioError>(__TAURI_INVOKE("check_endpoint", { toml, path })),
+	/**
+	 *  Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the
+	 *  dialog's title), starting beside `current` when it names an existing place, else in the
+	 *  config file's folder. Returns the path picked, or `None` when the person cancelled.
+	 */
+	pickPath: (pick: PathPick, field: string, current: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("pick_path", { pick, field, current })),
 };
 
 /** Events */
@@ -228,6 +234,13 @@ export type MetricSeries = {
 	/**  One value per step; `null` where it was not finite. */
 	values: (number | null)[],
 };
+
+/**  What a config field's Browse button asks for. */
+export type PathPick = 
+/**  A folder: a Hugging Face model folder, a data folder. */
+"folder" | 
+/**  A GGUF model file. */
+"gguf_file";
 
 /**  A preset experiment the editor can start from. */
 export type PresetInfo = {

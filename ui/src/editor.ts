@@ -1,7 +1,7 @@
 // The experiment editor: a form generated from the config schema, a TOML view kept in sync,
 // live validation by the engine with errors next to their fields, presets, open/save and a diff.
 
-import { commands, type ConfigCheck, type Document, type FieldIssue, type StudioError } from "./bindings";
+import { commands, type ConfigCheck, type Document, type FieldIssue, type PathPick, type StudioError } from "./bindings";
 import { h } from "./dom";
 import { renderDiff } from "./diffView";
 import {
@@ -253,7 +253,32 @@ export class Editor {
           placeholder: widget.kind === "path" ? `a ${widget.pick.replace(/-/g, " ")} path` : "",
         });
         text.addEventListener("change", () => commit(text.value));
-        return text;
+        if (widget.kind !== "path") return text;
+        // Native pickers: a folder, and for a model also a GGUF file (one dialog cannot offer both).
+        const browse = (pick: PathPick, label: string, suffix: string) =>
+          h(
+            "button",
+            {
+              id: `browse-${suffix}-${field.id}`,
+              class: "browse",
+              onclick: () =>
+                void (async () => {
+                  const picked = await commands.pickPath(pick, field.id, text.value || null);
+                  if (picked.status === "error") return this.showError(picked.error);
+                  if (picked.data === null) return;
+                  text.value = picked.data;
+                  commit(picked.data);
+                })(),
+            },
+            label,
+          );
+        return h(
+          "span",
+          { class: "path-input" },
+          text,
+          widget.pick === "file" ? null : browse("folder", "Folder…", "folder"),
+          widget.pick === "folder" ? null : browse("gguf_file", "GGUF file…", "file"),
+        );
       }
     }
   }

@@ -32,6 +32,10 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("libegl1", "EGL for the webview"),
     (
+        "imagemagick",
+        "`import` screenshots the virtual display, native dialogs included, in end-to-end tests",
+    ),
+    (
         "fonts-dejavu-core",
         "the fonts the studio's screenshots are rendered with",
     ),

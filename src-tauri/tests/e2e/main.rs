@@ -4,8 +4,10 @@
 
 mod close;
 mod endpoints;
+mod pickers;
 mod training;
 mod webdriver;
+mod x11;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -187,6 +189,20 @@ impl Studio {
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         let path = screenshots_dir().join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    /// Saves a screenshot of the whole X display (native dialogs included, which WebDriver
+    /// cannot see), with ImageMagick's `import`.
+    fn shot_display(&self, name: &str) -> PathBuf {
+        let import = need("import", "imagemagick");
+        let path = screenshots_dir().join(format!("{name}.png"));
+        let status = Command::new(import)
+            .args(["-display", &self.display, "-window", "root"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "import failed: {status}");
         path
     }
 

@@ -592,3 +592,22 @@ pub async fn pick_path(
         .and_then(|file| file.into_path().ok())
         .map(|path| path.display().to_string()))
 }
+
+/// Stores an API key in the OS keyring under `name`, the environment variable an endpoint's
+/// `api_key_env` names; the key never goes into the config.
+#[tauri::command]
+#[specta::specta]
+pub async fn store_api_key(name: String, key: String) -> Result<(), StudioError> {
+    tauri::async_runtime::spawn_blocking(move || crate::secrets::store(&name, &key))
+        .await
+        .map_err(|err| StudioError::new("Cannot store the API key", err))?
+}
+
+/// Removes the API key stored under `name`; `false` when none was stored.
+#[tauri::command]
+#[specta::specta]
+pub async fn forget_api_key(name: String) -> Result<bool, StudioError> {
+    tauri::async_runtime::spawn_blocking(move || crate::secrets::forget(&name))
+        .await
+        .map_err(|err| StudioError::new("Cannot remove the API key", err))?
+}

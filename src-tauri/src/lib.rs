@@ -3,6 +3,7 @@
 pub mod commands;
 pub mod contract;
 pub mod endpoint_check;
+pub mod secrets;
 pub mod training;
 
 use std::path::PathBuf;
@@ -48,6 +49,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::save_png,
             commands::check_endpoint,
             commands::pick_path,
+            commands::store_api_key,
+            commands::forget_api_key,
         ])
         .events(tauri_specta::collect_events![contract::TrainingEvent])
 }
@@ -100,6 +103,8 @@ fn close_after_training(window: &tauri::Window, api: &tauri::CloseRequestApi) {
 /// Opens the studio window and runs until it closes.
 pub fn run(state: StudioState) -> Result<(), tauri::Error> {
     let builder = specta_builder();
+    // Endpoints whose `api_key_env` variable is not set find their key in the OS keyring.
+    envace::openai::set_key_source(Box::new(secrets::Keyring));
     tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .manage(state)

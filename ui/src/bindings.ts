@@ -74,6 +74,13 @@ export const commands = {
 	 *  config file's folder. Returns the path picked, or `None` when the person cancelled.
 	 */
 	pickPath: (pick: PathPick, field: string, current: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("pick_path", { pick, field, current })),
+	/**
+	 *  Stores an API key in the OS keyring under `name`, the environment variable an endpoint's
+	 *  `api_key_env` names; the key never goes into the config.
+	 */
+	storeApiKey: (name: string, key: string) => typedError<null, StudioError>(__TAURI_INVOKE("store_api_key", { name, key })),
+	/**  Removes the API key stored under `name`; `false` when none was stored. */
+	forgetApiKey: (name: string) => typedError<boolean, StudioError>(__TAURI_INVOKE("forget_api_key", { name })),
 };
 
 /** Events */

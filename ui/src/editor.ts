@@ -121,6 +121,7 @@ export class Editor {
     } else {
       if (isEndpoint(section)) body.push(this.connectionCheck(section));
       body.push(...section.fields.map((f) => this.renderField(f)));
+      if (isEndpoint(section)) body.push(this.apiKeyRow(section));
       body.push(...section.sections.map((s) => this.renderSection(s)));
     }
     return h(
@@ -139,6 +140,7 @@ export class Editor {
     button.addEventListener("click", () => {
       void (async () => {
         button.disabled = true;
+        delete result.dataset.ok;
         result.className = "check-result";
         result.textContent = "Checking…";
         await this.pending;
@@ -147,6 +149,7 @@ export class Editor {
         if (outcome.status === "error") {
           result.className = "check-result check-bad";
           result.textContent = `${outcome.error.detail}${outcome.error.field ? ` (${outcome.error.field})` : ""}`;
+          result.dataset.ok = "false";
           return;
         }
         const check = outcome.data;
@@ -157,6 +160,50 @@ export class Editor {
       })();
     });
     return h("div", { class: "connection-check" }, button, result);
+  }
+
+  /**
+   * The endpoint's API key, typed into a password box and stored in the OS keyring under the
+   * name its `api_key_env` gives; the key never reaches the TOML.
+   */
+  private apiKeyRow(section: Section): HTMLElement {
+    const name = () => {
+      const value = valueAt(this.state.check.values as Json, [...section.path, "api_key_env"]);
+      return typeof value === "string" ? value : "";
+    };
+    const input = h("input", { id: `api-key-${section.id}`, type: "password", autocomplete: "off", placeholder: "paste the API key", "aria-label": "API key" });
+    const result = h("div", { id: `api-key-result-${section.id}`, class: "help", role: "status" });
+    const show = (ok: boolean, text: string) => {
+      result.className = `check-result ${ok ? "check-ok" : "check-bad"}`;
+      result.textContent = text;
+      result.dataset.ok = String(ok);
+    };
+    const save = h("button", { id: `api-key-save-${section.id}`, title: "Store the key in the OS keyring under the api_key_env name" }, "Save to keyring");
+    save.addEventListener("click", () => {
+      void (async () => {
+        const outcome = await commands.storeApiKey(name(), input.value);
+        input.value = "";
+        if (outcome.status === "error") return show(false, outcome.error.detail);
+        show(true, `Stored in the OS keyring as ${name()}; used when the environment variable is not set.`);
+      })();
+    });
+    const forget = h("button", { id: `api-key-forget-${section.id}`, title: "Remove the key stored under the api_key_env name" }, "Forget");
+    forget.addEventListener("click", () => {
+      void (async () => {
+        const outcome = await commands.forgetApiKey(name());
+        if (outcome.status === "error") return show(false, outcome.error.detail);
+        show(true, outcome.data ? `Removed the key stored as ${name()}.` : `No key was stored as ${name()}.`);
+      })();
+    });
+    return h(
+      "div",
+      { class: "field api-key", "data-path": `${section.id}.api_key` },
+      h("label", { for: `api-key-${section.id}` }, "API key"),
+      h("span", { class: "path-input" }, input, save, forget),
+      h("span", {}),
+      h("div", { class: "help" }, "Kept in the OS keyring under the api_key_env name, never in the file."),
+      result,
+    );
   }
 
   private renderField(field: Field): HTMLElement {

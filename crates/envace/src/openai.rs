@@ -14,7 +14,8 @@
 //! - At most `max_concurrency` requests are in flight at once across all clones of a client
 //!   (a counting semaphore held only while a request is on the wire, not during backoff).
 //! - Plain `http://` only: the build has no TLS. Bearer authentication when `api_key_env`
-//!   names a variable.
+//!   names a variable; when that variable is not set, the key comes from the process's
+//!   [`KeySource`] (the studio's OS keyring), if one is registered.
 
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -386,6 +387,23 @@ impl Drop for Permit {
     }
 }
 
+/// Where API keys come from when the environment variable an endpoint's `api_key_env` names
+/// is not set: the desktop studio registers the OS keyring. The environment always wins.
+pub trait KeySource: Send + Sync {
+    /// Names the source in messages, e.g. `the OS keyring`.
+    fn name(&self) -> &str;
+    /// The key stored under `var`, or why there is none.
+    fn key(&self, var: &str) -> std::result::Result<String, String>;
+}
+
+static KEY_SOURCE: std::sync::OnceLock<Box<dyn KeySource>> = std::sync::OnceLock::new();
+
+/// Registers the process's one [`KeySource`]; returns `false` (and drops `source`) when one is
+/// registered already.
+pub fn set_key_source(source: Box<dyn KeySource>) -> bool {
+    KEY_SOURCE.set(source).is_ok()
+}
+
 /// A blocking OpenAI-compatible chat-completions client. Cloning is cheap; clones share the
 /// connection pool and the limit of requests in flight.
 #[derive(Clone)]
@@ -465,15 +483,39 @@ impl ChatClient {
                         ),
                     });
                 }
-                Err(_) => {
-                    return Err(Error::Endpoint {
-                        field: "api_key_env".to_owned(),
-                        message: format!(
-                            "the environment variable {var} is not set; export it with the API key of {}",
-                            cfg.url
-                        ),
-                    });
-                }
+                Err(_) => match KEY_SOURCE.get() {
+                    None => {
+                        return Err(Error::Endpoint {
+                            field: "api_key_env".to_owned(),
+                            message: format!(
+                                "the environment variable {var} is not set; export it with the API key of {}",
+                                cfg.url
+                            ),
+                        });
+                    }
+                    Some(source) => match source.key(var) {
+                        Ok(key) if !key.trim().is_empty() => Some(key.trim().to_owned()),
+                        Ok(_) => {
+                            return Err(Error::Endpoint {
+                                field: "api_key_env".to_owned(),
+                                message: format!(
+                                    "the environment variable {var} is not set and {} holds an empty key under that name",
+                                    source.name()
+                                ),
+                            });
+                        }
+                        Err(why) => {
+                            return Err(Error::Endpoint {
+                                field: "api_key_env".to_owned(),
+                                message: format!(
+                                    "the environment variable {var} is not set and {} has no key under that name ({why}); export it or store the API key of {}",
+                                    source.name(),
+                                    cfg.url
+                                ),
+                            });
+                        }
+                    },
+                },
             },
         };
         let timeout = Duration::from_secs_f64(cfg.timeout_secs);

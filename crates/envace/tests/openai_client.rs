@@ -1,7 +1,7 @@
 //! The OpenAI-compatible chat client against tiny scripted HTTP servers started here: retries
 //! with backoff on 5xx, 429 and timeouts, no retry on other 4xx, the per-attempt time limit,
-//! the limit of requests in flight across clones, failures returned as data, and the model list
-//! a connection check reads.
+//! the limit of requests in flight across clones, failures returned as data, the model list
+//! a connection check reads, and API keys from a registered key source (the studio's keyring).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envace::config::EndpointConfig;
-use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure};
+use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure, KeySource};
 
 /// What the scripted server does with one request.
 #[derive(Debug, Clone)]
@@ -442,4 +442,55 @@ fn the_model_list_is_read_in_one_attempt_and_failures_name_the_url() {
         }
         other => panic!("expected a refused connection, got {other:?}"),
     }
+}
+
+/// A key source holding one key, as the studio's keyring would.
+struct OneKey;
+
+impl KeySource for OneKey {
+    fn name(&self) -> &str {
+        "the test's key source"
+    }
+    fn key(&self, var: &str) -> Result<String, String> {
+        match var {
+            "ENVACE_TEST_STORED_KEY" => Ok("stored-secret".to_owned()),
+            _ => Err("no entry".to_owned()),
+        }
+    }
+}
+
+#[test]
+fn a_key_missing_from_the_environment_comes_from_the_key_source() {
+    assert!(envace::openai::set_key_source(Box::new(OneKey)));
+    assert!(
+        !envace::openai::set_key_source(Box::new(OneKey)),
+        "a second source is refused"
+    );
+    let server = Scripted::start(Duration::ZERO, |_| ok());
+    let endpoint = |var: &str| EndpointConfig {
+        url: server.url.clone(),
+        model: "scripted-model".to_owned(),
+        api_key_env: Some(var.to_owned()),
+        timeout_secs: 5.0,
+        max_retries: 0,
+        max_concurrency: 1,
+    };
+    let client = ChatClient::new(&endpoint("ENVACE_TEST_STORED_KEY")).expect("the stored key");
+    client.complete(&ping()).expect("the server answers");
+    assert_eq!(
+        server
+            .authorization
+            .lock()
+            .expect("no panic holds the lock")
+            .as_deref(),
+        Some("Bearer stored-secret")
+    );
+    let err = ChatClient::new(&endpoint("ENVACE_TEST_UNKNOWN_KEY")).expect_err("no key anywhere");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "endpoint api_key_env: the environment variable ENVACE_TEST_UNKNOWN_KEY is not set and the test's key source has no key under that name (no entry); export it or store the API key of {}",
+            server.url
+        )
+    );
 }

@@ -1,5 +1,6 @@
 //! End-to-end: the editor's "Check connection" against the engine's own `serve-model` server
-//! (a tiny model, started in the test) and against a port where nothing listens.
+//! (a tiny model, started in the test) and against a port where nothing listens; an API key
+//! goes to the OS keyring, never to the file, and a missing keyring says so.
 
 use std::path::Path;
 use std::time::Duration;
@@ -130,4 +131,103 @@ fn check_connection_of_the_judge_and_the_simulator() {
         Some("[id='check-result-judge.endpoint']"),
     );
     server.shutdown();
+}
+
+#[test]
+fn an_api_key_never_reaches_the_file_and_a_missing_keyring_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keyed.toml");
+    let text = envace::config::preset("quickstart")
+        .unwrap()
+        .toml
+        .replace(
+            "[judge]\nkind = \"rule\"",
+            "[judge]\nkind = \"llm\"\n\n[judge.endpoint]\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"judge\"\napi_key_env = \"ENVACE_E2E_JUDGE_KEY\"",
+        );
+    std::fs::write(&config, &text).unwrap();
+    // No session bus at all, so no Secret Service, whatever the machine runs.
+    let studio = Studio::open_with_env(
+        &config,
+        &dir.path().join("runs.sqlite"),
+        &[(
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/envace-e2e-bus",
+        )],
+    );
+    let s = studio.s();
+    let secret = "sk-e2e-secret-7f3a";
+    s.type_into("[id='api-key-judge.endpoint']", secret)
+        .unwrap();
+    s.click("[id='api-key-save-judge.endpoint']").unwrap();
+    let done = s
+        .wait_for(
+            "the keyring's answer",
+            "const r = document.getElementById('api-key-result-judge.endpoint'); \
+             return r.dataset.ok !== undefined && [r.dataset.ok, r.textContent]",
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    assert_eq!(done[0], json!("false"));
+    let message = done[1].as_str().unwrap();
+    assert!(
+        message.starts_with("the OS keyring is not available (")
+            && message.contains("needs a Secret Service such as GNOME Keyring or KWallet"),
+        "{message}"
+    );
+    assert_eq!(
+        s.script(
+            "return document.getElementById('api-key-judge.endpoint').value",
+            json!([])
+        )
+        .unwrap(),
+        json!(""),
+        "the typed key stays in the box"
+    );
+
+    // The connection check says where the key was looked for.
+    let (ok, line) = check_error(&studio, "judge.endpoint");
+    assert!(!ok);
+    assert!(
+        line.contains("the environment variable ENVACE_E2E_JUDGE_KEY is not set and the OS keyring has no key under that name"),
+        "{line}"
+    );
+    studio.shot(
+        "studio-editor-api-key",
+        Some("[id='api-key-result-judge.endpoint']"),
+    );
+
+    // Saving writes the file without the key.
+    s.click("#save-button").unwrap();
+    s.wait_for(
+        "the save",
+        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let saved = std::fs::read_to_string(&config).unwrap();
+    assert!(saved.contains("api_key_env = \"ENVACE_E2E_JUDGE_KEY\""));
+    assert!(!saved.contains(secret) && !studio.toml_view().contains(secret));
+}
+
+/// Clicks the check button of `at` and returns its line, which is an error here.
+fn check_error(studio: &Studio, at: &str) -> (bool, String) {
+    let s = studio.s();
+    s.click(&format!("[id='check-{at}']")).unwrap();
+    let line = s
+        .wait_for(
+            "the check",
+            &format!(
+                "const r = document.getElementById('check-result-{at}'); \
+                 return r && r.textContent !== 'Checking…' && r.textContent"
+            ),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let ok = s
+        .script(
+            &format!("return document.getElementById('check-result-{at}').dataset.ok === 'true'"),
+            json!([]),
+        )
+        .unwrap();
+    (ok == json!(true), line.as_str().unwrap().to_owned())
 }

@@ -105,6 +105,12 @@ struct Studio {
 impl Studio {
     /// Opens the studio binary on `config` with the run store `store`.
     fn open(config: &Path, store: &Path) -> Studio {
+        Studio::open_with_env(config, store, &[])
+    }
+
+    /// Opens the studio with extra environment variables (set on the driver, which starts
+    /// the app).
+    fn open_with_env(config: &Path, store: &Path, env: &[(&str, &str)]) -> Studio {
         let driver_bin = need("WebKitWebDriver", "webkit2gtk-driver");
         let (display, name) = start_display();
         let runtime_dir = tempfile::tempdir().unwrap();
@@ -115,6 +121,7 @@ impl Studio {
             .env("TAURI_WEBVIEW_AUTOMATION", "true")
             .env("XDG_RUNTIME_DIR", runtime_dir.path())
             .env("WEBKIT_DISABLE_COMPOSITING_MODE", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -13,8 +13,8 @@ use tauri_plugin_dialog::DialogExt;
 use crate::StudioState;
 use crate::contract::{
     CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
-    FidelityScores, FieldIssue, MessageView, MetricSeries, PathPick, PresetInfo, RunInfo,
-    RunMetrics, StudioError, TurnView, finite,
+    EvalSeries, FidelityScores, FieldIssue, MessageView, MetricSeries, PathPick, PresetInfo,
+    RunEvals, RunInfo, RunMetrics, StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -347,6 +347,63 @@ pub async fn run_metrics(
     })
 }
 
+/// Groups benchmark rows into one series per (benchmark, category, metric); a step recorded
+/// twice (a resumed job evaluates it again) keeps its newest value.
+pub fn eval_series(rows: Vec<envace::store::EvalRow>) -> Vec<EvalSeries> {
+    let mut series = std::collections::BTreeMap::<(String, String, String), EvalSeries>::new();
+    let mut rows = rows;
+    rows.sort_by(|a, b| {
+        a.step
+            .cmp(&b.step)
+            .then(a.wall_time.total_cmp(&b.wall_time))
+    });
+    for row in rows {
+        let step = u32::try_from(row.step).unwrap_or(u32::MAX);
+        let key = (
+            row.benchmark.clone(),
+            row.category.clone(),
+            row.metric.clone(),
+        );
+        let entry = series.entry(key).or_insert_with(|| EvalSeries {
+            benchmark: row.benchmark,
+            category: row.category,
+            metric: row.metric,
+            steps: Vec::new(),
+            values: Vec::new(),
+            n_tasks: Vec::new(),
+        });
+        if entry.steps.last() == Some(&step) {
+            entry.steps.pop();
+            entry.values.pop();
+            entry.n_tasks.pop();
+        }
+        entry.steps.push(step);
+        entry.values.push(finite(row.value));
+        entry
+            .n_tasks
+            .push(u32::try_from(row.n_tasks).unwrap_or(u32::MAX));
+    }
+    series.into_values().collect()
+}
+
+/// Every benchmark result of a run, per benchmark, category and metric over steps.
+#[tauri::command]
+#[specta::specta]
+pub async fn run_evals(state: State<'_, StudioState>, run: i32) -> Result<RunEvals, StudioError> {
+    let what = format!("Cannot read the benchmark results of run {run}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    view.find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let rows = view
+        .eval_results(run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    Ok(RunEvals {
+        run,
+        series: eval_series(rows),
+    })
+}
+
 /// A run's config text as it was started.
 #[tauri::command]
 #[specta::specta]
@@ -610,4 +667,61 @@ pub async fn forget_api_key(name: String) -> Result<bool, StudioError> {
     tauri::async_runtime::spawn_blocking(move || crate::secrets::forget(&name))
         .await
         .map_err(|err| StudioError::new("Cannot remove the API key", err))?
+}
+
+#[cfg(test)]
+mod tests {
+    use envace::store::EvalRow;
+
+    use super::eval_series;
+
+    fn row(step: u64, benchmark: &str, category: &str, metric: &str, value: f64) -> EvalRow {
+        EvalRow {
+            step,
+            benchmark: benchmark.to_owned(),
+            category: category.to_owned(),
+            metric: metric.to_owned(),
+            value,
+            n_tasks: 10,
+            wall_time: step as f64,
+        }
+    }
+
+    #[test]
+    fn eval_rows_become_one_series_per_benchmark_category_and_metric() {
+        let series = eval_series(vec![
+            row(4, "bfcl", "simple", "accuracy", 0.5),
+            row(2, "bfcl", "simple", "accuracy", 0.25),
+            row(2, "tau2_retail", "all", "pass^1", f64::NAN),
+            row(4, "bfcl", "simple", "accuracy", 0.75),
+            row(2, "bfcl", "multiple", "accuracy", 0.1),
+        ]);
+        let got: Vec<_> = series
+            .iter()
+            .map(|s| {
+                (
+                    format!("{}/{}/{}", s.benchmark, s.category, s.metric),
+                    s.steps.clone(),
+                    s.values.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "bfcl/multiple/accuracy".to_owned(),
+                    vec![2],
+                    vec![Some(0.1)]
+                ),
+                // Step 4 was recorded twice: the newer value stays.
+                (
+                    "bfcl/simple/accuracy".to_owned(),
+                    vec![2, 4],
+                    vec![Some(0.25), Some(0.75)]
+                ),
+                ("tau2_retail/all/pass^1".to_owned(), vec![2], vec![None]),
+            ]
+        );
+    }
 }

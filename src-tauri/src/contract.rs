@@ -392,3 +392,29 @@ pub enum PathPick {
     /// A GGUF model file.
     GgufFile,
 }
+
+/// One benchmark metric of a run over its evaluated checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct EvalSeries {
+    /// Benchmark, e.g. `tau2_retail` or `generated_test`.
+    pub benchmark: String,
+    /// Category within it (`all` for the whole benchmark).
+    pub category: String,
+    /// Metric, e.g. `pass^1`, `accuracy`, `score`.
+    pub metric: String,
+    /// Steps of the evaluated weights, ascending.
+    pub steps: Vec<u32>,
+    /// One value per step; `null` where it was not finite.
+    pub values: Vec<Option<f64>>,
+    /// Tasks each value was computed over.
+    pub n_tasks: Vec<u32>,
+}
+
+/// Every benchmark result a run recorded (the store's `eval_results`), for its charts.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RunEvals {
+    /// The run.
+    pub run: i32,
+    /// One series per (benchmark, category, metric), sorted by them.
+    pub series: Vec<EvalSeries>,
+}

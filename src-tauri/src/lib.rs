@@ -43,6 +43,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::stop_training,
             commands::active_training,
             commands::run_metrics,
+            commands::run_evals,
             commands::run_config,
             commands::diff_runs,
             commands::run_episodes,

@@ -51,6 +51,8 @@ export const commands = {
 	activeTraining: () => __TAURI_INVOKE<number | null>("active_training"),
 	/**  Every metric of a run as series over steps, for its charts. */
 	runMetrics: (run: number) => typedError<RunMetrics, StudioError>(__TAURI_INVOKE("run_metrics", { run })),
+	/**  Every benchmark result of a run, per benchmark, category and metric over steps. */
+	runEvals: (run: number) => typedError<RunEvals, StudioError>(__TAURI_INVOKE("run_evals", { run })),
 	/**  A run's config text as it was started. */
 	runConfig: (run: number) => typedError<string, StudioError>(__TAURI_INVOKE("run_config", { run })),
 	/**  Line diff between the configs of two runs. */
@@ -198,6 +200,22 @@ export type EpisodeView = {
 	turns: TurnView[],
 };
 
+/**  One benchmark metric of a run over its evaluated checkpoints. */
+export type EvalSeries = {
+	/**  Benchmark, e.g. `tau2_retail` or `generated_test`. */
+	benchmark: string,
+	/**  Category within it (`all` for the whole benchmark). */
+	category: string,
+	/**  Metric, e.g. `pass^1`, `accuracy`, `score`. */
+	metric: string,
+	/**  Steps of the evaluated weights, ascending. */
+	steps: number[],
+	/**  One value per step; `null` where it was not finite. */
+	values: (number | null)[],
+	/**  Tasks each value was computed over. */
+	n_tasks: number[],
+};
+
 /**  Fidelity of a rehearsed response against the real one. */
 export type FidelityScores = {
 	/**  The rehearsed answer parsed as JSON. */
@@ -255,6 +273,14 @@ export type PresetInfo = {
 	name: string,
 	/**  One line on what it is for. */
 	summary: string,
+};
+
+/**  Every benchmark result a run recorded (the store's `eval_results`), for its charts. */
+export type RunEvals = {
+	/**  The run. */
+	run: number,
+	/**  One series per (benchmark, category, metric), sorted by them. */
+	series: EvalSeries[],
 };
 
 /**  A run in the store, for the run list. */

@@ -194,6 +194,36 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     );
     studio.shot("studio-training", None);
 
+    // Benchmark scores from the store's eval_results (the held-out generated tasks, evaluated
+    // every 2 steps): a curve per metric and bars of the latest values; and the per-tool
+    // fidelity heatmap.
+    wait_state(
+        &studio,
+        "the benchmark charts",
+        "return document.getElementById('bench-select').value === 'generated_test' \
+             && Number(document.getElementById('bench-bars').dataset.bars) === 2 \
+             && Number(document.getElementById('chart-bench').dataset.points) >= 4",
+    );
+    let bars = s
+        .script(
+            "return document.getElementById('bench-bars').textContent",
+            json!([]),
+        )
+        .unwrap();
+    let bars = bars.as_str().unwrap();
+    assert!(
+        bars.contains("all/score") && bars.contains("all/success"),
+        "{bars}"
+    );
+    let tools = s
+        .script(
+            "return Number(document.getElementById('fidelity-heatmap').dataset.tools)",
+            json!([]),
+        )
+        .unwrap();
+    assert!(tools.as_f64().unwrap() >= 1.0, "no tool row in the heatmap");
+    studio.shot("studio-training-benchmarks", Some("#bench-panel"));
+
     // A chart's image saves as a PNG through the host's command (given a path, so that no
     // dialog opens; the PNG button asks where).
     let png = dir.path().join("reward.png");

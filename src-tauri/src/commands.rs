@@ -12,9 +12,9 @@ use tauri_plugin_dialog::DialogExt;
 
 use crate::StudioState;
 use crate::contract::{
-    CallView, ConfigCheck, DiffLine, Document, Edit, EpisodePage, EpisodeView, FidelityScores,
-    FieldIssue, MessageView, MetricSeries, PresetInfo, RunInfo, RunMetrics, StudioError, TurnView,
-    finite,
+    CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
+    EvalSeries, FidelityScores, FieldIssue, MessageView, MetricSeries, PathPick, PresetInfo,
+    RunEvals, RunInfo, RunMetrics, StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -347,6 +347,63 @@ pub async fn run_metrics(
     })
 }
 
+/// Groups benchmark rows into one series per (benchmark, category, metric); a step recorded
+/// twice (a resumed job evaluates it again) keeps its newest value.
+pub fn eval_series(rows: Vec<envace::store::EvalRow>) -> Vec<EvalSeries> {
+    let mut series = std::collections::BTreeMap::<(String, String, String), EvalSeries>::new();
+    let mut rows = rows;
+    rows.sort_by(|a, b| {
+        a.step
+            .cmp(&b.step)
+            .then(a.wall_time.total_cmp(&b.wall_time))
+    });
+    for row in rows {
+        let step = u32::try_from(row.step).unwrap_or(u32::MAX);
+        let key = (
+            row.benchmark.clone(),
+            row.category.clone(),
+            row.metric.clone(),
+        );
+        let entry = series.entry(key).or_insert_with(|| EvalSeries {
+            benchmark: row.benchmark,
+            category: row.category,
+            metric: row.metric,
+            steps: Vec::new(),
+            values: Vec::new(),
+            n_tasks: Vec::new(),
+        });
+        if entry.steps.last() == Some(&step) {
+            entry.steps.pop();
+            entry.values.pop();
+            entry.n_tasks.pop();
+        }
+        entry.steps.push(step);
+        entry.values.push(finite(row.value));
+        entry
+            .n_tasks
+            .push(u32::try_from(row.n_tasks).unwrap_or(u32::MAX));
+    }
+    series.into_values().collect()
+}
+
+/// Every benchmark result of a run, per benchmark, category and metric over steps.
+#[tauri::command]
+#[specta::specta]
+pub async fn run_evals(state: State<'_, StudioState>, run: i32) -> Result<RunEvals, StudioError> {
+    let what = format!("Cannot read the benchmark results of run {run}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    view.find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let rows = view
+        .eval_results(run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    Ok(RunEvals {
+        run,
+        series: eval_series(rows),
+    })
+}
+
 /// A run's config text as it was started.
 #[tauri::command]
 #[specta::specta]
@@ -535,4 +592,136 @@ pub async fn save_png(
     envace::fsutil::write_atomically(&target, &bytes)
         .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
     Ok(Some(target.display().to_string()))
+}
+
+/// Checks the endpoint at `path` of the config text (`["judge", "endpoint"]`,
+/// `["env", "external"]`): its model list and a one-token chat completion, with the engine's
+/// OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
+#[tauri::command]
+#[specta::specta]
+pub async fn check_endpoint(toml: String, path: Vec<String>) -> Result<EndpointCheck, StudioError> {
+    let endpoint = crate::endpoint_check::endpoint_at(&toml, &path)?;
+    let at = path.join(".");
+    tauri::async_runtime::spawn_blocking(move || crate::endpoint_check::check(endpoint, &at))
+        .await
+        .map_err(|err| StudioError::new("Cannot check the connection", err))?
+}
+
+/// Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the
+/// dialog's title), starting beside `current` when it names an existing place, else in the
+/// config file's folder. Returns the path picked, or `None` when the person cancelled.
+#[tauri::command]
+#[specta::specta]
+pub async fn pick_path(
+    app: tauri::AppHandle,
+    state: State<'_, StudioState>,
+    pick: PathPick,
+    field: String,
+    current: Option<String>,
+) -> Result<Option<String>, StudioError> {
+    let mut dialog = app.dialog().file();
+    let current = current.map(PathBuf::from).filter(|p| p.exists());
+    let start = current
+        .and_then(|p| {
+            if p.is_dir() {
+                Some(p)
+            } else {
+                p.parent().map(Path::to_path_buf)
+            }
+        })
+        .or_else(|| {
+            let folder = state.config_path.as_deref()?.parent()?;
+            folder.is_dir().then(|| folder.to_path_buf())
+        });
+    if let Some(dir) = start {
+        dialog = dialog.set_directory(dir);
+    }
+    let picked = match pick {
+        PathPick::Folder => dialog
+            .set_title(format!("Choose a folder for {field}"))
+            .blocking_pick_folder(),
+        PathPick::GgufFile => dialog
+            .set_title(format!("Choose a GGUF file for {field}"))
+            .add_filter("GGUF model", &["gguf"])
+            .blocking_pick_file(),
+    };
+    Ok(picked
+        .and_then(|file| file.into_path().ok())
+        .map(|path| path.display().to_string()))
+}
+
+/// Stores an API key in the OS keyring under `name`, the environment variable an endpoint's
+/// `api_key_env` names; the key never goes into the config.
+#[tauri::command]
+#[specta::specta]
+pub async fn store_api_key(name: String, key: String) -> Result<(), StudioError> {
+    tauri::async_runtime::spawn_blocking(move || crate::secrets::store(&name, &key))
+        .await
+        .map_err(|err| StudioError::new("Cannot store the API key", err))?
+}
+
+/// Removes the API key stored under `name`; `false` when none was stored.
+#[tauri::command]
+#[specta::specta]
+pub async fn forget_api_key(name: String) -> Result<bool, StudioError> {
+    tauri::async_runtime::spawn_blocking(move || crate::secrets::forget(&name))
+        .await
+        .map_err(|err| StudioError::new("Cannot remove the API key", err))?
+}
+
+#[cfg(test)]
+mod tests {
+    use envace::store::EvalRow;
+
+    use super::eval_series;
+
+    fn row(step: u64, benchmark: &str, category: &str, metric: &str, value: f64) -> EvalRow {
+        EvalRow {
+            step,
+            benchmark: benchmark.to_owned(),
+            category: category.to_owned(),
+            metric: metric.to_owned(),
+            value,
+            n_tasks: 10,
+            wall_time: step as f64,
+        }
+    }
+
+    #[test]
+    fn eval_rows_become_one_series_per_benchmark_category_and_metric() {
+        let series = eval_series(vec![
+            row(4, "bfcl", "simple", "accuracy", 0.5),
+            row(2, "bfcl", "simple", "accuracy", 0.25),
+            row(2, "tau2_retail", "all", "pass^1", f64::NAN),
+            row(4, "bfcl", "simple", "accuracy", 0.75),
+            row(2, "bfcl", "multiple", "accuracy", 0.1),
+        ]);
+        let got: Vec<_> = series
+            .iter()
+            .map(|s| {
+                (
+                    format!("{}/{}/{}", s.benchmark, s.category, s.metric),
+                    s.steps.clone(),
+                    s.values.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "bfcl/multiple/accuracy".to_owned(),
+                    vec![2],
+                    vec![Some(0.1)]
+                ),
+                // Step 4 was recorded twice: the newer value stays.
+                (
+                    "bfcl/simple/accuracy".to_owned(),
+                    vec![2, 4],
+                    vec![Some(0.25), Some(0.75)]
+                ),
+                ("tau2_retail/all/pass^1".to_owned(), vec![2], vec![None]),
+            ]
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! front end, so they only serialize); `ui/src/bindings.ts` is generated
 //! from these declarations and the commands (see `tests/bindings.rs`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use specta::Type;
 
 /// A preset experiment the editor can start from.
@@ -361,4 +361,60 @@ pub struct EpisodePage {
     pub step: Option<u32>,
     /// Its episodes.
     pub episodes: Vec<EpisodeView>,
+}
+
+/// What a connection check of an endpoint (LLM judge, external simulator) found.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct EndpointCheck {
+    /// The endpoint answered a one-token chat completion with its model.
+    pub ok: bool,
+    /// The URL of the chat completion, or of the request that failed.
+    pub url: String,
+    /// The model ids the endpoint lists (`GET {url}/models`); empty when it lists none.
+    pub models: Vec<String>,
+    /// Whether the configured model is among `models`; `None` when none are listed.
+    pub model_listed: Option<bool>,
+    /// Why the model list could not be read (the chat may work all the same).
+    pub models_error: Option<String>,
+    /// Milliseconds the one-token chat completion took, when it succeeded.
+    pub latency_ms: Option<f64>,
+    /// One line for the person: what answered and how fast, or what failed, naming the URL
+    /// and the HTTP status.
+    pub summary: String,
+}
+
+/// What a config field's Browse button asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "snake_case")]
+pub enum PathPick {
+    /// A folder: a Hugging Face model folder, a data folder.
+    Folder,
+    /// A GGUF model file.
+    GgufFile,
+}
+
+/// One benchmark metric of a run over its evaluated checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct EvalSeries {
+    /// Benchmark, e.g. `tau2_retail` or `generated_test`.
+    pub benchmark: String,
+    /// Category within it (`all` for the whole benchmark).
+    pub category: String,
+    /// Metric, e.g. `pass^1`, `accuracy`, `score`.
+    pub metric: String,
+    /// Steps of the evaluated weights, ascending.
+    pub steps: Vec<u32>,
+    /// One value per step; `null` where it was not finite.
+    pub values: Vec<Option<f64>>,
+    /// Tasks each value was computed over.
+    pub n_tasks: Vec<u32>,
+}
+
+/// Every benchmark result a run recorded (the store's `eval_results`), for its charts.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct RunEvals {
+    /// The run.
+    pub run: i32,
+    /// One series per (benchmark, category, metric), sorted by them.
+    pub series: Vec<EvalSeries>,
 }

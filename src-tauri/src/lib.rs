@@ -2,6 +2,8 @@
 
 pub mod commands;
 pub mod contract;
+pub mod endpoint_check;
+pub mod secrets;
 pub mod training;
 
 use std::path::PathBuf;
@@ -41,10 +43,15 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::stop_training,
             commands::active_training,
             commands::run_metrics,
+            commands::run_evals,
             commands::run_config,
             commands::diff_runs,
             commands::run_episodes,
             commands::save_png,
+            commands::check_endpoint,
+            commands::pick_path,
+            commands::store_api_key,
+            commands::forget_api_key,
         ])
         .events(tauri_specta::collect_events![contract::TrainingEvent])
 }
@@ -62,14 +69,53 @@ pub fn export_bindings(path: &std::path::Path) -> Result<(), String> {
         .map_err(|err| format!("cannot export bindings to {}: {err}", path.display()))
 }
 
+/// A window asks to close while a job trains: the close waits until the job has checkpointed
+/// and stopped (run status `stopped`), for at most [`training::CLOSE_STOP_TIMEOUT`].
+fn close_after_training(window: &tauri::Window, api: &tauri::CloseRequestApi) {
+    use tauri::Manager as _;
+    let training = window.state::<training::Training>();
+    let Some(run) = training.stop_for_close(window.app_handle()) else {
+        return;
+    };
+    let closing = window.clone();
+    let spawned = std::thread::Builder::new()
+        .name("studio-close".to_owned())
+        .spawn(move || {
+            let window = closing;
+            let training = window.state::<training::Training>();
+            if !training.wait_ended(run, training::CLOSE_STOP_TIMEOUT) {
+                eprintln!(
+                    "envace-studio: run {run} did not stop within {:?}; closing anyway",
+                    training::CLOSE_STOP_TIMEOUT
+                );
+            }
+            // `destroy` closes without asking again.
+            if let Err(err) = window.destroy() {
+                eprintln!("envace-studio: cannot close the window: {err}");
+            }
+        });
+    match spawned {
+        Ok(_) => api.prevent_close(),
+        // Nothing could close the window later: let it close now.
+        Err(err) => eprintln!("envace-studio: cannot wait for run {run} to stop: {err}"),
+    }
+}
+
 /// Opens the studio window and runs until it closes.
 pub fn run(state: StudioState) -> Result<(), tauri::Error> {
     let builder = specta_builder();
+    // Endpoints whose `api_key_env` variable is not set find their key in the OS keyring.
+    envace::openai::set_key_source(Box::new(secrets::Keyring));
     tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .manage(state)
         .manage(training::Training::default())
         .invoke_handler(builder.invoke_handler())
+        .on_window_event(|window, event| {
+            if let tauri::WindowEvent::CloseRequested { api, .. } = event {
+                close_after_training(window, api);
+            }
+        })
         .setup(move |app| {
             builder.mount_events(app);
             Ok(())

@@ -2,8 +2,10 @@
 //! worker thread, and a forwarding thread relays each of its events to the window as a typed
 //! [`TrainingEvent`], so the front end is driven by events and never polls the store.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use envace::controller::{Command, Controller, Event, JobSpec};
 use tauri::AppHandle;
@@ -21,15 +23,29 @@ struct ActiveJob {
     commands: Sender<Command>,
 }
 
+/// The job slot, shared with the forwarding thread.
+#[derive(Debug, Default)]
+struct Slot {
+    active: Mutex<Option<ActiveJob>>,
+    /// Notified whenever the slot is freed.
+    freed: Condvar,
+}
+
 /// The training job of the studio, if one runs: at most one at a time.
 #[derive(Debug, Default)]
 pub struct Training {
-    active: Arc<Mutex<Option<ActiveJob>>>,
+    slot: Arc<Slot>,
+    /// Set once the window has asked to close and the job was told to stop.
+    closing: AtomicBool,
 }
 
-fn lock(active: &Mutex<Option<ActiveJob>>) -> MutexGuard<'_, Option<ActiveJob>> {
+/// How long a closing window waits for the job to checkpoint and stop before it closes anyway
+/// (the job stops after its current step, which a large model may take minutes to finish).
+pub const CLOSE_STOP_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn lock(slot: &Slot) -> MutexGuard<'_, Option<ActiveJob>> {
     // A panic while holding this lock leaves only an `Option` behind: still usable.
-    active
+    slot.active
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -38,7 +54,7 @@ impl Training {
     /// Starts `spec` on the engine's controller and forwards its events to `app`; returns the
     /// run. Refused while another job trains.
     pub fn start(&self, app: AppHandle, spec: JobSpec) -> Result<i32, StudioError> {
-        let mut active = lock(&self.active);
+        let mut active = lock(&self.slot);
         if let Some(job) = active.as_ref() {
             return Err(StudioError::new(
                 "Cannot start training",
@@ -53,7 +69,7 @@ impl Training {
             commands: controller.commands(),
         });
         drop(active);
-        let shared = Arc::clone(&self.active);
+        let shared = Arc::clone(&self.slot);
         std::thread::Builder::new()
             .name(format!("studio-events-{run}"))
             .spawn(move || forward(&app, controller, run, &shared))
@@ -68,7 +84,7 @@ impl Training {
 
     /// Sends `command` to the running job; `what` names the action for the error when none runs.
     pub fn send(&self, command: Command, what: &str) -> Result<i32, StudioError> {
-        let active = lock(&self.active);
+        let active = lock(&self.slot);
         let job = active
             .as_ref()
             .ok_or_else(|| StudioError::new(what, "no training job is running"))?;
@@ -80,13 +96,49 @@ impl Training {
 
     /// The run being trained, if any.
     pub fn running(&self) -> Option<i32> {
-        lock(&self.active).as_ref().map(|job| job.run)
+        lock(&self.slot).as_ref().map(|job| job.run)
+    }
+
+    /// The window asks to close: tells a running job to stop (it checkpoints after its current
+    /// step) and returns its run, so that the window waits for it with [`Training::wait_ended`].
+    /// Returns `None` when nothing trains, or when a stop for closing is already under way (a
+    /// second close request closes at once).
+    pub fn stop_for_close(&self, app: &AppHandle) -> Option<i32> {
+        if self.closing.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let active = lock(&self.slot);
+        let job = active.as_ref()?;
+        job.commands.send(Command::Stop).ok()?;
+        let _ = TrainingEvent::Log {
+            level: "info".to_owned(),
+            message: format!(
+                "the window is closing: run {} checkpoints and stops first (close again to quit at once)",
+                job.run
+            ),
+        }
+        .emit(app);
+        Some(job.run)
+    }
+
+    /// Waits until `run` has ended (its final status is in the store) or `timeout` passes;
+    /// returns whether it ended.
+    pub fn wait_ended(&self, run: i32, timeout: Duration) -> bool {
+        let active = lock(&self.slot);
+        let (active, _) = self
+            .slot
+            .freed
+            .wait_timeout_while(active, timeout, |slot| {
+                slot.as_ref().is_some_and(|job| job.run == run)
+            })
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        active.as_ref().is_none_or(|job| job.run != run)
     }
 }
 
 /// Relays the controller's events until the job ends, then releases the job slot. The slot is
 /// freed before the `finished` event goes out, so the window may start again at once.
-fn forward(app: &AppHandle, controller: Controller, run: i32, active: &Mutex<Option<ActiveJob>>) {
+fn forward(app: &AppHandle, controller: Controller, run: i32, active: &Slot) {
     let mut finished = false;
     while let Ok(event) = controller.events().recv() {
         finished = matches!(event, Event::Finished { .. });
@@ -115,10 +167,12 @@ fn forward(app: &AppHandle, controller: Controller, run: i32, active: &Mutex<Opt
     }
 }
 
-/// Frees the job slot if it still holds `run` (a newer job may hold it already).
-fn release(active: &Mutex<Option<ActiveJob>>, run: i32) {
-    let mut slot = lock(active);
-    if slot.as_ref().is_some_and(|job| job.run == run) {
-        slot.take();
+/// Frees the job slot if it still holds `run` (a newer job may hold it already). The engine
+/// has written the run's final status by then: it reports `Finished` after the store.
+fn release(slot: &Slot, run: i32) {
+    let mut active = lock(slot);
+    if active.as_ref().is_some_and(|job| job.run == run) {
+        active.take();
+        slot.freed.notify_all();
     }
 }

@@ -51,6 +51,8 @@ export const commands = {
 	activeTraining: () => __TAURI_INVOKE<number | null>("active_training"),
 	/**  Every metric of a run as series over steps, for its charts. */
 	runMetrics: (run: number) => typedError<RunMetrics, StudioError>(__TAURI_INVOKE("run_metrics", { run })),
+	/**  Every benchmark result of a run, per benchmark, category and metric over steps. */
+	runEvals: (run: number) => typedError<RunEvals, StudioError>(__TAURI_INVOKE("run_evals", { run })),
 	/**  A run's config text as it was started. */
 	runConfig: (run: number) => typedError<string, StudioError>(__TAURI_INVOKE("run_config", { run })),
 	/**  Line diff between the configs of two runs. */
@@ -62,6 +64,25 @@ export const commands = {
 	 *  path written, or `None` when the person cancelled.
 	 */
 	savePng: (pngBase64: string, name: string, path: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("save_png", { pngBase64, name, path })),
+	/**
+	 *  Checks the endpoint at `path` of the config text (`["judge", "endpoint"]`,
+	 *  `["env", "external"]`): its model list and a one-token chat completion, with the engine's
+	 *  OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
+	 */
+	checkEndpoint: (toml: string, path: string[]) => typedError<EndpointCheck, StudioError>(__TAURI_INVOKE("check_endpoint", { toml, path })),
+	/**
+	 *  Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the
+	 *  dialog's title), starting beside `current` when it names an existing place, else in the
+	 *  config file's folder. Returns the path picked, or `None` when the person cancelled.
+	 */
+	pickPath: (pick: PathPick, field: string, current: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("pick_path", { pick, field, current })),
+	/**
+	 *  Stores an API key in the OS keyring under `name`, the environment variable an endpoint's
+	 *  `api_key_env` names; the key never goes into the config.
+	 */
+	storeApiKey: (name: string, key: string) => typedError<null, StudioError>(__TAURI_INVOKE("store_api_key", { name, key })),
+	/**  Removes the API key stored under `name`; `false` when none was stored. */
+	forgetApiKey: (name: string) => typedError<boolean, StudioError>(__TAURI_INVOKE("forget_api_key", { name })),
 };
 
 /** Events */
@@ -126,6 +147,27 @@ export type Edit = {
 	check: ConfigCheck,
 };
 
+/**  What a connection check of an endpoint (LLM judge, external simulator) found. */
+export type EndpointCheck = {
+	/**  The endpoint answered a one-token chat completion with its model. */
+	ok: boolean,
+	/**  The URL of the chat completion, or of the request that failed. */
+	url: string,
+	/**  The model ids the endpoint lists (`GET {url}/models`); empty when it lists none. */
+	models: string[],
+	/**  Whether the configured model is among `models`; `None` when none are listed. */
+	model_listed: boolean | null,
+	/**  Why the model list could not be read (the chat may work all the same). */
+	models_error: string | null,
+	/**  Milliseconds the one-token chat completion took, when it succeeded. */
+	latency_ms: number | null,
+	/**
+	 *  One line for the person: what answered and how fast, or what failed, naming the URL
+	 *  and the HTTP status.
+	 */
+	summary: string,
+};
+
 /**  The episodes of one step of a run. */
 export type EpisodePage = {
 	/**  Every step of the run that recorded episodes, ascending. */
@@ -156,6 +198,22 @@ export type EpisodeView = {
 	messages: MessageView[],
 	/**  The assistant turns with their calls. */
 	turns: TurnView[],
+};
+
+/**  One benchmark metric of a run over its evaluated checkpoints. */
+export type EvalSeries = {
+	/**  Benchmark, e.g. `tau2_retail` or `generated_test`. */
+	benchmark: string,
+	/**  Category within it (`all` for the whole benchmark). */
+	category: string,
+	/**  Metric, e.g. `pass^1`, `accuracy`, `score`. */
+	metric: string,
+	/**  Steps of the evaluated weights, ascending. */
+	steps: number[],
+	/**  One value per step; `null` where it was not finite. */
+	values: (number | null)[],
+	/**  Tasks each value was computed over. */
+	n_tasks: number[],
 };
 
 /**  Fidelity of a rehearsed response against the real one. */
@@ -202,12 +260,27 @@ export type MetricSeries = {
 	values: (number | null)[],
 };
 
+/**  What a config field's Browse button asks for. */
+export type PathPick = 
+/**  A folder: a Hugging Face model folder, a data folder. */
+"folder" | 
+/**  A GGUF model file. */
+"gguf_file";
+
 /**  A preset experiment the editor can start from. */
 export type PresetInfo = {
 	/**  Name, e.g. `quickstart`. */
 	name: string,
 	/**  One line on what it is for. */
 	summary: string,
+};
+
+/**  Every benchmark result a run recorded (the store's `eval_results`), for its charts. */
+export type RunEvals = {
+	/**  The run. */
+	run: number,
+	/**  One series per (benchmark, category, metric), sorted by them. */
+	series: EvalSeries[],
 };
 
 /**  A run in the store, for the run list. */

@@ -1,7 +1,7 @@
 // Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
-import { CHARTS, SeriesStore, align, decimate, ema, formatDuration, formatValue, keysFor, lastValue, type Aligned } from "./chartData";
+import { CHARTS, SeriesStore, align, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, type Aligned } from "./chartData";
 
 const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
 
@@ -18,7 +18,8 @@ describe("charts", () => {
     expect(keysFor(chart("sft-loss"), keys)).toEqual(["sft/loss", "sft/loss_act"]);
     expect(keysFor(chart("fidelity"), keys)).toEqual(["fidelity/key_f1"]);
     expect(keysFor(chart("fidelity-tool"), keys)).toEqual(["fidelity/get_weather/value_accuracy"]);
-    expect(keysFor(chart("eval"), keys)).toEqual(["eval/generated_test/score", "eval/generated_test/success"]);
+    // Evaluations are drawn by the benchmark panel, from the store's eval_results.
+    expect(CHARTS.some((c) => c.matches("eval/generated_test/score"))).toBe(false);
   });
 });
 
@@ -119,5 +120,61 @@ describe("formatting", () => {
     expect(formatDuration(3725)).toBe("1h 02m");
     expect(formatDuration(65)).toBe("1m 05s");
     expect(formatDuration(null)).toBe("–");
+  });
+});
+
+describe("flatRange", () => {
+  it("widens only a flat range", () => {
+    expect(flatRange(0, 0)).toEqual([-1, 1]);
+    expect(flatRange(6.2, 6.2)).toEqual([6.2 - 0.62, 6.2 + 0.62]);
+    expect(flatRange(-2, -2)).toEqual([-2.2, -1.8]);
+    expect(flatRange(1, 3)).toEqual([1, 3]);
+  });
+});
+
+describe("benchmark results", () => {
+  const series = [
+    { benchmark: "tau2_retail", category: "all", metric: "pass^1", steps: [2, 4], values: [0.2, 0.3] },
+    { benchmark: "bfcl", category: "simple", metric: "accuracy", steps: [2, 4, 6], values: [0.5, 0.6, null] },
+    { benchmark: "bfcl", category: "multiple", metric: "accuracy", steps: [6], values: [null] },
+  ];
+  it("lists benchmarks and their latest finite values", () => {
+    expect(benchmarks(series)).toEqual(["bfcl", "tau2_retail"]);
+    expect(latestBars(series, "bfcl")).toEqual([{ label: "simple/accuracy", value: 0.6, step: 4 }]);
+    expect(latestBars(series, "tau2_retail")).toEqual([{ label: "all/pass^1", value: 0.3, step: 4 }]);
+  });
+});
+
+describe("heatGrid", () => {
+  const store = new SeriesStore();
+  store.addStep(3, { "fidelity/get_order/value_accuracy": 0.5, "fidelity/value_accuracy": 0.5, "fidelity/cancel/key_f1": 1 });
+  store.addStep(4, { "fidelity/get_order/value_accuracy": 1, "fidelity/cancel/value_accuracy": 0 });
+  store.addStep(5, { "fidelity/get_order/value_accuracy": null });
+  store.addStep(6, { "fidelity/cancel/value_accuracy": 0.25 });
+  it("has a row per tool and a column per step", () => {
+    expect(heatGrid(store, "value_accuracy", 100)).toEqual({
+      tools: ["cancel", "get_order"],
+      steps: [3, 4, 5, 6],
+      cells: [
+        [null, 0, null, 0.25],
+        [0.5, 1, null, null],
+      ],
+    });
+  });
+  it("averages neighbouring steps when columns are fewer than steps", () => {
+    expect(heatGrid(store, "value_accuracy", 2)).toEqual({
+      tools: ["cancel", "get_order"],
+      steps: [3, 5],
+      cells: [
+        [0, 0.25],
+        [0.75, null],
+      ],
+    });
+  });
+  it("colours from red to green, grey for no value", () => {
+    expect(heatColor(null)).toBe("#e7eaec");
+    expect(heatColor(0)).toMatch(/^hsl\(0,/);
+    expect(heatColor(1)).toMatch(/^hsl\(120,/);
+    expect(heatColor(7)).toBe(heatColor(1));
   });
 });

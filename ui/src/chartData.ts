@@ -1,6 +1,7 @@
 // Chart data transforms, pure and DOM-free: which metric keys go in which chart, a live store
-// of series fed by step events, EMA smoothing, alignment of several series on one x axis, and
-// min/max bucket decimation so a million points per series stay interactive.
+// of series fed by step events, EMA smoothing, alignment of several series on one x axis,
+// min/max bucket decimation so a million points per series stay interactive, benchmark
+// results' latest values, and the per-tool × step fidelity grid of the heatmap.
 
 /** One metric over steps; `null` marks a value that was not finite. */
 export interface Series {
@@ -40,7 +41,6 @@ export const CHARTS: ChartDef[] = [
     title: "Fidelity per tool (value accuracy)",
     matches: (k) => /^fidelity\/[^/]+\/value_accuracy$/.test(k),
   },
-  { id: "eval", title: "Held-out eval", matches: (k) => /^eval\/.+\/(success|score)$/.test(k) },
 ];
 
 /** The keys among `keys` that `chart` draws, sorted. */
@@ -245,4 +245,110 @@ export function formatDuration(secs: number | null | undefined): string {
   if (s >= 3600) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
   if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
   return `${s}s`;
+}
+
+/**
+ * The y range around a flat series: uPlot would show a lone value or a constant on a 0–100
+ * axis, so a flat range is widened by a tenth of its magnitude (by 1 around zero).
+ */
+export function flatRange(min: number, max: number): [number, number] {
+  if (min !== max) return [min, max];
+  const pad = Math.abs(min) * 0.1 || 1;
+  return [min - pad, max + pad];
+}
+
+/** Tick spacings of a step axis: whole steps only. */
+export const STEP_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6];
+
+/** One benchmark metric over evaluated steps (the host's `EvalSeries`, less its task counts). */
+export interface EvalLike {
+  benchmark: string;
+  category: string;
+  metric: string;
+  steps: number[];
+  values: (number | null)[];
+}
+
+/** A bar of the latest benchmark values: `category/metric`, its last finite value and step. */
+export interface Bar {
+  label: string;
+  value: number;
+  step: number;
+}
+
+/** The benchmarks among `series`, sorted. */
+export function benchmarks(series: readonly EvalLike[]): string[] {
+  return [...new Set(series.map((s) => s.benchmark))].sort();
+}
+
+/** The latest finite value of each series of `benchmark`, labelled `category/metric`. */
+export function latestBars(series: readonly EvalLike[], benchmark: string): Bar[] {
+  const bars: Bar[] = [];
+  for (const s of series) {
+    if (s.benchmark !== benchmark) continue;
+    const last = lastValue({ key: "", steps: s.steps, values: s.values });
+    if (last) bars.push({ label: `${s.category}/${s.metric}`, value: last.value, step: last.step });
+  }
+  return bars;
+}
+
+/** Per-tool fidelity over steps, as the heatmap draws it. */
+export interface HeatGrid {
+  /** Tools, one row each, sorted. */
+  tools: string[];
+  /** First step of each column. */
+  steps: number[];
+  /** `cells[row][column]`: the mean score of the tool over the column's steps; null if none. */
+  cells: (number | null)[][];
+}
+
+/** The fidelity scores a heatmap can show (`fidelity/<tool>/<score>` metric keys). */
+export const HEAT_SCORES = ["value_accuracy", "key_f1", "outcome_agreement", "valid_json", "exact_match"];
+
+/**
+ * The per-tool × step grid of one fidelity `score` from a run's metrics, with at most
+ * `maxColumns` columns: when there are more steps, neighbouring steps share a column and
+ * their values are averaged.
+ */
+export function heatGrid(store: SeriesStore, score: string, maxColumns: number): HeatGrid {
+  const suffix = `/${score}`;
+  const rows: { tool: string; series: Series }[] = [];
+  for (const key of store.keys()) {
+    if (!key.startsWith("fidelity/") || !key.endsWith(suffix)) continue;
+    const tool = key.slice("fidelity/".length, key.length - suffix.length);
+    if (tool === "" || tool.includes("/")) continue;
+    const series = store.get(key);
+    if (series) rows.push({ tool, series });
+  }
+  rows.sort((a, b) => (a.tool < b.tool ? -1 : a.tool > b.tool ? 1 : 0));
+  const allSteps = [...new Set(rows.flatMap((r) => r.series.steps))].sort((a, b) => a - b);
+  const perColumn = Math.max(1, Math.ceil(allSteps.length / Math.max(1, maxColumns)));
+  const steps: number[] = [];
+  const columnOf = new Map<number, number>();
+  allSteps.forEach((step, i) => {
+    const column = Math.floor(i / perColumn);
+    if (column === steps.length) steps.push(step);
+    columnOf.set(step, column);
+  });
+  const cells = rows.map(({ series }) => {
+    const sums = new Array<number>(steps.length).fill(0);
+    const counts = new Array<number>(steps.length).fill(0);
+    series.steps.forEach((step, i) => {
+      const value = series.values[i];
+      const column = columnOf.get(step);
+      if (value === null || value === undefined || column === undefined) return;
+      sums[column] += value;
+      counts[column] += 1;
+    });
+    return sums.map((sum, c) => (counts[c] > 0 ? sum / counts[c] : null));
+  });
+  return { tools: rows.map((r) => r.tool), steps, cells };
+}
+
+/** A cell's colour: red at 0 through yellow to green at 1; grey when there is no value. */
+export function heatColor(value: number | null): string {
+  if (value === null) return "#e7eaec";
+  const v = Math.min(1, Math.max(0, value));
+  const hue = Math.round(120 * v);
+  return `hsl(${hue}, 65%, ${Math.round(48 + 10 * (1 - Math.abs(v - 0.5) * 2))}%)`;
 }

@@ -6,7 +6,7 @@ import "./locale";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { commands } from "./bindings";
-import { align, decimate, ema, type Aligned, type Series } from "./chartData";
+import { STEP_INCRS, align, decimate, ema, flatRange, type Aligned, type Series } from "./chartData";
 import { h } from "./dom";
 
 const PALETTE = ["#1f6f5c", "#c2410c", "#2563eb", "#9333ea", "#b45309", "#0f766e", "#be123c", "#4d7c0f", "#475569", "#0369a1"];
@@ -44,8 +44,7 @@ export class ChartPanel {
       this.body,
       this.note,
     );
-    // (A window listener, not a ResizeObserver: an observed element kept WebKitGTK's
-    // WebDriver screenshots from ever completing.)
+    // A panel's width follows the window's (the grid's columns are fractions of it).
     window.addEventListener("resize", () => this.fit());
     this.render();
   }
@@ -100,19 +99,30 @@ export class ChartPanel {
     const panel = this;
     const options: uPlot.Options = {
       ...this.size(),
-      scales: { x: { time: false } },
+      scales: {
+        x: { time: false },
+        y: {
+          range: (_u: uPlot, min: number, max: number) => {
+            const [lo, hi] = flatRange(min, max);
+            return uPlot.rangeNum(lo, hi, 0.1, true);
+          },
+        },
+      },
       series: [
         { label: "step", value: (_u, v) => (v === null || v === undefined ? "–" : String(v)) },
         ...this.labels.map((label, i) => ({
           label,
           stroke: PALETTE[i % PALETTE.length],
           width: 1.5,
+          // Every other curve dashed, so that curves lying on each other (two runs with the
+          // same early steps) both stay visible.
+          dash: i % 2 === 1 ? [6, 4] : undefined,
           spanGaps: true,
           points: { show: (u: uPlot) => (u.data[0]?.length ?? 0) < 60 },
           value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? "–" : Number(v.toPrecision(4)).toString()),
         })),
       ],
-      axes: [{ label: "step", size: 36 }, { size: 56 }],
+      axes: [{ label: "step", size: 36, incrs: STEP_INCRS }, { size: 56 }],
       cursor: {
         drag: { x: true, y: false, setScale: true },
         bind: { dblclick: () => () => null },

@@ -1,7 +1,7 @@
 // The experiment editor: a form generated from the config schema, a TOML view kept in sync,
 // live validation by the engine with errors next to their fields, presets, open/save and a diff.
 
-import { commands, type ConfigCheck, type Document, type FieldIssue, type StudioError } from "./bindings";
+import { commands, type ConfigCheck, type Document, type FieldIssue, type PathPick, type StudioError } from "./bindings";
 import { h } from "./dom";
 import { renderDiff } from "./diffView";
 import {
@@ -119,7 +119,9 @@ export class Editor {
         h("p", { class: "help" }, "Not set. ", section.help),
       );
     } else {
+      if (isEndpoint(section)) body.push(this.connectionCheck(section));
       body.push(...section.fields.map((f) => this.renderField(f)));
+      if (isEndpoint(section)) body.push(this.apiKeyRow(section));
       body.push(...section.sections.map((s) => this.renderSection(s)));
     }
     return h(
@@ -128,6 +130,79 @@ export class Editor {
       h("h2", { title: section.help }, section.title),
       section.help && !(section.optional && !present) ? h("p", { class: "help" }, section.help) : null,
       ...body,
+    );
+  }
+
+  /** A "Check connection" button for an endpoint table and the line its result goes in. */
+  private connectionCheck(section: Section): HTMLElement {
+    const result = h("span", { id: `check-result-${section.id}`, class: "check-result", role: "status" });
+    const button = h("button", { id: `check-${section.id}`, title: "List the endpoint's models and time a one-token chat completion" }, "Check connection");
+    button.addEventListener("click", () => {
+      void (async () => {
+        button.disabled = true;
+        delete result.dataset.ok;
+        result.className = "check-result";
+        result.textContent = "Checking…";
+        await this.pending;
+        const outcome = await commands.checkEndpoint(this.state.toml, section.path);
+        button.disabled = false;
+        if (outcome.status === "error") {
+          result.className = "check-result check-bad";
+          result.textContent = `${outcome.error.detail}${outcome.error.field ? ` (${outcome.error.field})` : ""}`;
+          result.dataset.ok = "false";
+          return;
+        }
+        const check = outcome.data;
+        result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
+        result.textContent = check.summary;
+        result.title = [check.models.length ? `Models: ${check.models.join(", ")}` : "", check.models_error ? `Model list: ${check.models_error}` : ""].filter(Boolean).join("\n");
+        result.dataset.ok = String(check.ok);
+      })();
+    });
+    return h("div", { class: "connection-check" }, button, result);
+  }
+
+  /**
+   * The endpoint's API key, typed into a password box and stored in the OS keyring under the
+   * name its `api_key_env` gives; the key never reaches the TOML.
+   */
+  private apiKeyRow(section: Section): HTMLElement {
+    const name = () => {
+      const value = valueAt(this.state.check.values as Json, [...section.path, "api_key_env"]);
+      return typeof value === "string" ? value : "";
+    };
+    const input = h("input", { id: `api-key-${section.id}`, type: "password", autocomplete: "off", placeholder: "paste the API key", "aria-label": "API key" });
+    const result = h("div", { id: `api-key-result-${section.id}`, class: "help", role: "status" });
+    const show = (ok: boolean, text: string) => {
+      result.className = `check-result ${ok ? "check-ok" : "check-bad"}`;
+      result.textContent = text;
+      result.dataset.ok = String(ok);
+    };
+    const save = h("button", { id: `api-key-save-${section.id}`, title: "Store the key in the OS keyring under the api_key_env name" }, "Save to keyring");
+    save.addEventListener("click", () => {
+      void (async () => {
+        const outcome = await commands.storeApiKey(name(), input.value);
+        input.value = "";
+        if (outcome.status === "error") return show(false, outcome.error.detail);
+        show(true, `Stored in the OS keyring as ${name()}; used when the environment variable is not set.`);
+      })();
+    });
+    const forget = h("button", { id: `api-key-forget-${section.id}`, title: "Remove the key stored under the api_key_env name" }, "Forget");
+    forget.addEventListener("click", () => {
+      void (async () => {
+        const outcome = await commands.forgetApiKey(name());
+        if (outcome.status === "error") return show(false, outcome.error.detail);
+        show(true, outcome.data ? `Removed the key stored as ${name()}.` : `No key was stored as ${name()}.`);
+      })();
+    });
+    return h(
+      "div",
+      { class: "field api-key", "data-path": `${section.id}.api_key` },
+      h("label", { for: `api-key-${section.id}` }, "API key"),
+      h("span", { class: "path-input" }, input, save, forget),
+      h("span", {}),
+      h("div", { class: "help" }, "Kept in the OS keyring under the api_key_env name, never in the file."),
+      result,
     );
   }
 
@@ -225,7 +300,32 @@ export class Editor {
           placeholder: widget.kind === "path" ? `a ${widget.pick.replace(/-/g, " ")} path` : "",
         });
         text.addEventListener("change", () => commit(text.value));
-        return text;
+        if (widget.kind !== "path") return text;
+        // Native pickers: a folder, and for a model also a GGUF file (one dialog cannot offer both).
+        const browse = (pick: PathPick, label: string, suffix: string) =>
+          h(
+            "button",
+            {
+              id: `browse-${suffix}-${field.id}`,
+              class: "browse",
+              onclick: () =>
+                void (async () => {
+                  const picked = await commands.pickPath(pick, field.id, text.value || null);
+                  if (picked.status === "error") return this.showError(picked.error);
+                  if (picked.data === null) return;
+                  text.value = picked.data;
+                  commit(picked.data);
+                })(),
+            },
+            label,
+          );
+        return h(
+          "span",
+          { class: "path-input" },
+          text,
+          widget.pick === "file" ? null : browse("folder", "Folder…", "folder"),
+          widget.pick === "folder" ? null : browse("gguf_file", "GGUF file…", "file"),
+        );
       }
     }
   }
@@ -342,4 +442,10 @@ export class Editor {
     if (result.status === "error") return this.showError(result.error);
     this.diffView.replaceChildren(...renderDiff(result.data, `Changes against preset ${preset}:`, `Same as preset ${preset}.`));
   }
+}
+
+/** An endpoint table (LLM judge, external simulator): it has a `url` and a `model`. */
+function isEndpoint(section: Section): boolean {
+  const keys = new Set(section.fields.map((f) => f.path[f.path.length - 1]));
+  return keys.has("url") && keys.has("model");
 }

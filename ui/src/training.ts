@@ -1,8 +1,10 @@
 // The training view: Start / Pause / Resume / Stop for the editor's experiment, a live status
-// bar (phase, step, tokens/s, ETA), a log panel and the training charts. It is driven by the
-// host's `training-event` events; the store is read only to load a run's history.
+// bar (phase, step, tokens/s, ETA), a log panel, the training charts, the benchmark scores and
+// the per-tool fidelity heatmap. It is driven by the host's `training-event` events; the store
+// is read only to load a run's history, and its benchmark results after each RL step event.
 
 import { commands, events, type StudioError, type TrainingEvent } from "./bindings";
+import { BenchmarkPanel, FidelityHeatmap } from "./benchmarks";
 import { CHARTS, SeriesStore, formatDuration, formatValue, keysFor } from "./chartData";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
@@ -23,6 +25,8 @@ export class TrainingView {
   private store = new SeriesStore();
   private readonly charts = CHARTS.map((c) => new ChartPanel(c.id, c.title, (what, detail) => this.showError({ what, detail, file: null, field: null })));
   private redrawQueued = false;
+  private readonly benchmarks = new BenchmarkPanel((error) => this.showError(error));
+  private readonly heatmap = new FidelityHeatmap();
 
   private readonly startButton = h("button", { id: "train-start", class: "primary", onclick: () => void this.start() }, "Start");
   private readonly pauseButton = h("button", { id: "train-pause", onclick: () => void this.command("pausing", commands.pauseTraining()) }, "Pause");
@@ -77,7 +81,13 @@ export class TrainingView {
       h(
         "div",
         { class: "train-body" },
-        h("div", { class: "chart-grid", id: "train-charts" }, ...this.charts.map((c) => c.element)),
+        h(
+          "div",
+          { class: "train-main" },
+          h("div", { class: "chart-grid", id: "train-charts" }, ...this.charts.map((c) => c.element)),
+          this.benchmarks.element,
+          this.heatmap.element,
+        ),
         h("div", { class: "log-panel" }, h("h3", {}, "Log"), this.log),
       ),
     );
@@ -100,6 +110,7 @@ export class TrainingView {
     this.store = new SeriesStore(result.data.series);
     this.runLabel.textContent = `run ${run} · ${result.data.name}${run === this.liveRun ? " (training)" : ""}`;
     this.redraw();
+    await this.benchmarks.load(run);
   }
 
   private async start(): Promise<void> {
@@ -115,6 +126,7 @@ export class TrainingView {
     if (this.shownRun !== result.data) {
       this.shownRun = result.data;
       this.store = new SeriesStore();
+      this.benchmarks.clear();
       this.redraw();
     }
     this.runLabel.textContent = `run ${result.data}`;
@@ -166,6 +178,9 @@ export class TrainingView {
         if (this.shownRun === event.run) {
           this.store.addStep(event.step, event.metrics);
           this.queueRedraw();
+          // The engine evaluates between RL steps and reports no event of its own for it, so
+          // the benchmark rows are read once per RL step event (never on a timer).
+          if (event.phase === "rl") this.benchmarks.refresh(event.run);
         }
         break;
       }
@@ -184,6 +199,7 @@ export class TrainingView {
         this.addLog("info", "resumed");
         break;
       case "finished":
+        if (this.shownRun === event.run) this.benchmarks.refresh(event.run);
         this.liveRun = null;
         this.setState("idle");
         this.stateLabel.textContent = event.status;
@@ -228,6 +244,7 @@ export class TrainingView {
       const series = keysFor(def, keys).flatMap((k) => this.store.get(k) ?? []);
       this.charts[i].setSeries(series);
     });
+    this.heatmap.update(this.store);
   }
 
   private showError(error: StudioError): void {

@@ -18,6 +18,10 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("libsoup-3.0-dev", "the studio's webview networking"),
     ("librsvg2-dev", "icons in the studio"),
     (
+        "libdbus-1-dev",
+        "the studio's API keys in the OS keyring (Secret Service over D-Bus)",
+    ),
+    (
         "webkit2gtk-driver",
         "WebKitWebDriver, which drives the studio in end-to-end tests",
     ),
@@ -31,6 +35,10 @@ const APT_PACKAGES: &[(&str, &str)] = &[
         "software OpenGL for the webview under Xvfb",
     ),
     ("libegl1", "EGL for the webview"),
+    (
+        "imagemagick",
+        "`import` screenshots the virtual display, native dialogs included, in end-to-end tests",
+    ),
     (
         "fonts-dejavu-core",
         "the fonts the studio's screenshots are rendered with",

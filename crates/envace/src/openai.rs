@@ -14,7 +14,8 @@
 //! - At most `max_concurrency` requests are in flight at once across all clones of a client
 //!   (a counting semaphore held only while a request is on the wire, not during backoff).
 //! - Plain `http://` only: the build has no TLS. Bearer authentication when `api_key_env`
-//!   names a variable.
+//!   names a variable; when that variable is not set, the key comes from the process's
+//!   [`KeySource`] (the studio's OS keyring), if one is registered.
 
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -250,7 +251,8 @@ pub enum EndpointFailure {
         /// What the connection did.
         message: String,
     },
-    /// A 2xx reply that is not a chat completion (not JSON, no choices, wrong field types).
+    /// A 2xx reply that is not what was asked for, a chat completion or a model list (not
+    /// JSON, no choices, wrong field types).
     BadResponse {
         /// The URL posted to.
         url: String,
@@ -339,7 +341,7 @@ impl fmt::Display for EndpointFailure {
                 message,
             } => write!(
                 f,
-                "{url}: not a chat completion ({attempts} {}): {message}",
+                "{url}: unexpected reply ({attempts} {}): {message}",
                 tries(*attempts)
             ),
         }
@@ -385,11 +387,29 @@ impl Drop for Permit {
     }
 }
 
+/// Where API keys come from when the environment variable an endpoint's `api_key_env` names
+/// is not set: the desktop studio registers the OS keyring. The environment always wins.
+pub trait KeySource: Send + Sync {
+    /// Names the source in messages, e.g. `the OS keyring`.
+    fn name(&self) -> &str;
+    /// The key stored under `var`, or why there is none.
+    fn key(&self, var: &str) -> std::result::Result<String, String>;
+}
+
+static KEY_SOURCE: std::sync::OnceLock<Box<dyn KeySource>> = std::sync::OnceLock::new();
+
+/// Registers the process's one [`KeySource`]; returns `false` (and drops `source`) when one is
+/// registered already.
+pub fn set_key_source(source: Box<dyn KeySource>) -> bool {
+    KEY_SOURCE.set(source).is_ok()
+}
+
 /// A blocking OpenAI-compatible chat-completions client. Cloning is cheap; clones share the
 /// connection pool and the limit of requests in flight.
 #[derive(Clone)]
 pub struct ChatClient {
     endpoint: String,
+    models_url: String,
     model: String,
     api_key: Option<String>,
     timeout: Duration,
@@ -463,15 +483,39 @@ impl ChatClient {
                         ),
                     });
                 }
-                Err(_) => {
-                    return Err(Error::Endpoint {
-                        field: "api_key_env".to_owned(),
-                        message: format!(
-                            "the environment variable {var} is not set; export it with the API key of {}",
-                            cfg.url
-                        ),
-                    });
-                }
+                Err(_) => match KEY_SOURCE.get() {
+                    None => {
+                        return Err(Error::Endpoint {
+                            field: "api_key_env".to_owned(),
+                            message: format!(
+                                "the environment variable {var} is not set; export it with the API key of {}",
+                                cfg.url
+                            ),
+                        });
+                    }
+                    Some(source) => match source.key(var) {
+                        Ok(key) if !key.trim().is_empty() => Some(key.trim().to_owned()),
+                        Ok(_) => {
+                            return Err(Error::Endpoint {
+                                field: "api_key_env".to_owned(),
+                                message: format!(
+                                    "the environment variable {var} is not set and {} holds an empty key under that name",
+                                    source.name()
+                                ),
+                            });
+                        }
+                        Err(why) => {
+                            return Err(Error::Endpoint {
+                                field: "api_key_env".to_owned(),
+                                message: format!(
+                                    "the environment variable {var} is not set and {} has no key under that name ({why}); export it or store the API key of {}",
+                                    source.name(),
+                                    cfg.url
+                                ),
+                            });
+                        }
+                    },
+                },
             },
         };
         let timeout = Duration::from_secs_f64(cfg.timeout_secs);
@@ -484,6 +528,7 @@ impl ChatClient {
         );
         Ok(ChatClient {
             endpoint: format!("{base}/chat/completions"),
+            models_url: format!("{base}/models"),
             model: cfg.model.clone(),
             api_key,
             timeout,
@@ -515,6 +560,55 @@ impl ChatClient {
     /// The model name sent with each request.
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// The model ids the endpoint lists (`GET {url}/models`, answered by OpenAI-compatible
+    /// servers as `{"data": [{"id": …}, …]}`), in one attempt with the per-attempt time
+    /// limit and no retry: what a connection check shows.
+    pub fn list_models(&self) -> std::result::Result<Vec<String>, EndpointFailure> {
+        let url = &self.models_url;
+        let mut request = self.agent.get(url);
+        if let Some(key) = &self.api_key {
+            request = request.header("Authorization", &format!("Bearer {key}"));
+        }
+        let transport = |e| {
+            let mut failure = self.transport_failure(url, e);
+            failure.set_attempts(1);
+            failure
+        };
+        let _permit = self.limit.acquire();
+        let response = request.call().map_err(transport)?;
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().map_err(transport)?;
+        if !(200..300).contains(&status) {
+            return Err(EndpointFailure::Http {
+                url: url.clone(),
+                attempts: 1,
+                status,
+                body_excerpt: excerpt(&text),
+            });
+        }
+        let bad = |message: String| EndpointFailure::BadResponse {
+            url: url.clone(),
+            attempts: 1,
+            message,
+        };
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("the body is not JSON ({e}): {}", excerpt(&text))))?;
+        let data = value
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("no data array in {}", excerpt(&text))))?;
+        data.iter()
+            .enumerate()
+            .map(|(idx, model)| {
+                model
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(format!("data[{idx}].id is missing or not a string")))
+            })
+            .collect()
     }
 
     /// Sends `req`, retrying as the module doc says; the first choice of the reply, or why
@@ -559,7 +653,7 @@ impl ChatClient {
         }
         let response = request
             .send_json(body)
-            .map_err(|e| (self.transport_failure(e), None))?;
+            .map_err(|e| (self.transport_failure(&self.endpoint, e), None))?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
@@ -571,7 +665,7 @@ impl ChatClient {
         let text = response
             .into_body()
             .read_to_string()
-            .map_err(|e| (self.transport_failure(e), None))?;
+            .map_err(|e| (self.transport_failure(&self.endpoint, e), None))?;
         if !(200..300).contains(&status) {
             return Err((
                 EndpointFailure::Http {
@@ -595,7 +689,7 @@ impl ChatClient {
         })
     }
 
-    fn transport_failure(&self, error: ureq::Error) -> EndpointFailure {
+    fn transport_failure(&self, url: &str, error: ureq::Error) -> EndpointFailure {
         let timed_out = match &error {
             ureq::Error::Timeout(_) => true,
             ureq::Error::Io(io) => matches!(
@@ -606,13 +700,13 @@ impl ChatClient {
         };
         if timed_out {
             EndpointFailure::Timeout {
-                url: self.endpoint.clone(),
+                url: url.to_owned(),
                 attempts: 0,
                 timeout_secs: self.timeout.as_secs_f64(),
             }
         } else {
             EndpointFailure::Transport {
-                url: self.endpoint.clone(),
+                url: url.to_owned(),
                 attempts: 0,
                 message: error.to_string(),
             }

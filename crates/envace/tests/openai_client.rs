@@ -1,6 +1,7 @@
 //! The OpenAI-compatible chat client against tiny scripted HTTP servers started here: retries
 //! with backoff on 5xx, 429 and timeouts, no retry on other 4xx, the per-attempt time limit,
-//! the limit of requests in flight across clones, and failures returned as data.
+//! the limit of requests in flight across clones, failures returned as data, the model list
+//! a connection check reads, and API keys from a registered key source (the studio's keyring).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use envace::config::EndpointConfig;
-use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure};
+use envace::openai::{ChatClient, ChatMsg, ChatRequest, EndpointFailure, KeySource};
 
 /// What the scripted server does with one request.
 #[derive(Debug, Clone)]
@@ -103,7 +104,7 @@ impl Scripted {
     }
 }
 
-/// Reads one request (headers and a `Content-Length` body); its `Authorization` header, or
+/// Reads one request (headers and a `Content-Length` body, if any); its `Authorization` header, or
 /// `None` when the connection closed first.
 fn read_request(stream: &TcpStream) -> Option<Option<String>> {
     let mut reader = BufReader::new(stream);
@@ -126,10 +127,13 @@ fn read_request(stream: &TcpStream) -> Option<Option<String>> {
             }
         }
     }
-    let mut body = vec![0; content_length];
-    reader.read_exact(&mut body).ok()?;
-    let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    // A GET (the model list) has no body; a chat completion names the model.
+    if content_length > 0 {
+        let mut body = vec![0; content_length];
+        reader.read_exact(&mut body).ok()?;
+        let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    }
     Some(authorization)
 }
 
@@ -382,4 +386,111 @@ fn the_api_key_is_sent_as_a_bearer_token() {
         Some("Bearer envace")
     );
     assert!(!format!("{client:?}").contains("envace\""), "{client:?}");
+}
+
+#[test]
+fn the_model_list_is_read_in_one_attempt_and_failures_name_the_url() {
+    let server = Scripted::start(Duration::ZERO, |n| match n {
+        0 => Act::Reply(
+            200,
+            Vec::new(),
+            r#"{"object":"list","data":[{"id":"smollm2","object":"model"},{"id":"judge"}]}"#
+                .to_owned(),
+        ),
+        1 => status(503),
+        2 => Act::Reply(200, Vec::new(), r#"{"data":[{"name":"x"}]}"#.to_owned()),
+        _ => Act::Reply(200, Vec::new(), "<html>".to_owned()),
+    });
+    let client = client(&server.url, 5.0, 3, 1);
+    let models_url = format!("{}/models", server.url);
+    assert_eq!(
+        client.list_models().expect("a model list"),
+        ["smollm2", "judge"]
+    );
+    match client.list_models() {
+        Err(EndpointFailure::Http {
+            url,
+            attempts: 1,
+            status: 503,
+            ..
+        }) => assert_eq!(url, models_url),
+        other => panic!("expected one HTTP 503 failure, got {other:?}"),
+    }
+    let failure = client.list_models().expect_err("no id");
+    assert_eq!(
+        failure.to_string(),
+        format!(
+            "{models_url}: unexpected reply (1 attempt): data[0].id is missing or not a string"
+        )
+    );
+    let failure = client.list_models().expect_err("not JSON");
+    assert!(
+        failure.to_string().contains("the body is not JSON"),
+        "{failure}"
+    );
+    assert_eq!(server.n_requests(), 4, "no request is retried");
+
+    let refused = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        format!("http://{}/v1", listener.local_addr().expect("an address"))
+    };
+    match self::client(&refused, 5.0, 3, 1).list_models() {
+        Err(EndpointFailure::Transport {
+            url, attempts: 1, ..
+        }) => {
+            assert_eq!(url, format!("{refused}/models"));
+        }
+        other => panic!("expected a refused connection, got {other:?}"),
+    }
+}
+
+/// A key source holding one key, as the studio's keyring would.
+struct OneKey;
+
+impl KeySource for OneKey {
+    fn name(&self) -> &str {
+        "the test's key source"
+    }
+    fn key(&self, var: &str) -> Result<String, String> {
+        match var {
+            "ENVACE_TEST_STORED_KEY" => Ok("stored-secret".to_owned()),
+            _ => Err("no entry".to_owned()),
+        }
+    }
+}
+
+#[test]
+fn a_key_missing_from_the_environment_comes_from_the_key_source() {
+    assert!(envace::openai::set_key_source(Box::new(OneKey)));
+    assert!(
+        !envace::openai::set_key_source(Box::new(OneKey)),
+        "a second source is refused"
+    );
+    let server = Scripted::start(Duration::ZERO, |_| ok());
+    let endpoint = |var: &str| EndpointConfig {
+        url: server.url.clone(),
+        model: "scripted-model".to_owned(),
+        api_key_env: Some(var.to_owned()),
+        timeout_secs: 5.0,
+        max_retries: 0,
+        max_concurrency: 1,
+    };
+    let client = ChatClient::new(&endpoint("ENVACE_TEST_STORED_KEY")).expect("the stored key");
+    client.complete(&ping()).expect("the server answers");
+    assert_eq!(
+        server
+            .authorization
+            .lock()
+            .expect("no panic holds the lock")
+            .as_deref(),
+        Some("Bearer stored-secret")
+    );
+    let err = ChatClient::new(&endpoint("ENVACE_TEST_UNKNOWN_KEY")).expect_err("no key anywhere");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "endpoint api_key_env: the environment variable ENVACE_TEST_UNKNOWN_KEY is not set and the test's key source has no key under that name (no entry); export it or store the API key of {}",
+            server.url
+        )
+    );
 }

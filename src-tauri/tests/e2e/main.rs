@@ -2,8 +2,12 @@
 //! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
+mod close;
+mod endpoints;
+mod pickers;
 mod training;
 mod webdriver;
+mod x11;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -76,16 +80,37 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
+/// Starts moving a transparent 1-pixel element in the corner of the page (see [`Studio::shot`]).
+const KEEP_REPAINTING: &str = "\
+    const tick = document.createElement('div'); \
+    tick.id = 'e2e-repaint'; \
+    tick.style.cssText = 'position: fixed; left: 0; bottom: 0; width: 1px; height: 1px; pointer-events: none'; \
+    document.body.append(tick); \
+    let n = 0; \
+    window.__e2eRepaint = setInterval(() => { tick.style.transform = n++ % 2 ? 'translateX(1px)' : 'none'; }, 50);";
+
+/// Removes what [`KEEP_REPAINTING`] added.
+const STOP_REPAINTING: &str = "\
+    clearInterval(window.__e2eRepaint); \
+    document.getElementById('e2e-repaint')?.remove();";
+
 struct Studio {
     session: Option<Session>,
     _driver: Guard,
     _display: Guard,
+    display: String,
     runtime_dir: tempfile::TempDir,
 }
 
 impl Studio {
     /// Opens the studio binary on `config` with the run store `store`.
     fn open(config: &Path, store: &Path) -> Studio {
+        Studio::open_with_env(config, store, &[])
+    }
+
+    /// Opens the studio with extra environment variables (set on the driver, which starts
+    /// the app).
+    fn open_with_env(config: &Path, store: &Path, env: &[(&str, &str)]) -> Studio {
         let driver_bin = need("WebKitWebDriver", "webkit2gtk-driver");
         let (display, name) = start_display();
         let runtime_dir = tempfile::tempdir().unwrap();
@@ -96,6 +121,7 @@ impl Studio {
             .env("TAURI_WEBVIEW_AUTOMATION", "true")
             .env("XDG_RUNTIME_DIR", runtime_dir.path())
             .env("WEBKIT_DISABLE_COMPOSITING_MODE", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -134,8 +160,14 @@ impl Studio {
             session: Some(session),
             _driver: driver,
             _display: display,
+            display: name,
             runtime_dir,
         }
+    }
+
+    /// The X display the studio runs on.
+    fn display(&self) -> &str {
+        &self.display
     }
 
     fn s(&self) -> &Session {
@@ -154,10 +186,30 @@ impl Studio {
                 .unwrap();
         }
         std::thread::sleep(Duration::from_millis(1000));
-        let png = self.s().screenshot().unwrap();
+        // WebKitWebDriver answers a screenshot only after the page's next repaint, and a page
+        // where nothing changes never repaints (the call then hangs). A transparent pixel that
+        // moves every 50 ms keeps repaints coming while the screenshot is taken.
+        self.s().script(KEEP_REPAINTING, json!([])).unwrap();
+        let png = self.s().screenshot();
+        self.s().script(STOP_REPAINTING, json!([])).unwrap();
+        let png = png.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         let path = screenshots_dir().join(format!("{name}.png"));
         std::fs::write(&path, png).unwrap();
+        path
+    }
+
+    /// Saves a screenshot of the whole X display (native dialogs included, which WebDriver
+    /// cannot see), with ImageMagick's `import`.
+    fn shot_display(&self, name: &str) -> PathBuf {
+        let import = need("import", "imagemagick");
+        let path = screenshots_dir().join(format!("{name}.png"));
+        let status = Command::new(import)
+            .args(["-display", &self.display, "-window", "root"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "import failed: {status}");
         path
     }
 

@@ -10,7 +10,7 @@ use super::{Studio, TAB};
 
 /// A job small enough for a debug build: functions domain (no data files), 3 SFT steps, then
 /// GRPO steps with rehearsed tool answers (stopped by the test long before the last one).
-const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
+pub const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
 [run]
 name = "studio-tiny"
 seed = 7
@@ -81,6 +81,46 @@ fn wait_stopped(studio: &Studio) {
     );
 }
 
+/// Picks the newest step whose episodes hold a rehearsed call (the tiny model does not call a
+/// tool at every step); the viewer opens the first such episode of a step by itself.
+fn show_a_rehearsed_call(studio: &Studio) {
+    let s = studio.s();
+    let steps = s
+        .wait_for(
+            "the episode steps",
+            "const o = [...document.querySelectorAll('#episode-step option')].map((o) => Number(o.value)); \
+             return o.length > 0 && document.getElementById('episode-detail') !== null && o",
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    let steps: Vec<u64> = serde_json::from_value(steps).unwrap();
+    for step in steps.iter().rev() {
+        s.script(
+            "document.getElementById('episode-detail')?.remove(); \
+             const select = document.getElementById('episode-step'); \
+             select.value = String(arguments[0]); \
+             select.dispatchEvent(new Event('change'));",
+            json!([step]),
+        )
+        .unwrap();
+        let found = s
+            .wait_for(
+                "the step's episodes",
+                &format!(
+                    "const d = document.querySelector('#episode-detail h3'); \
+                     if (!d || !d.textContent.startsWith('Step {step} ')) return null; \
+                     return document.querySelector('#episode-detail .call-pair') !== null ? 'pair' : 'none'"
+                ),
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        if found == json!("pair") {
+            return;
+        }
+    }
+    panic!("no step of {steps:?} recorded a rehearsed call");
+}
+
 #[test]
 fn train_watch_live_view_episodes_and_compare_runs() {
     let started = std::time::Instant::now();
@@ -116,10 +156,6 @@ fn train_watch_live_view_episodes_and_compare_runs() {
         "return document.getElementById('train-state').textContent === 'paused'",
     );
     let paused_at = s.text("#train-step").unwrap();
-    // No screenshots of the Training, Episodes and Compare tabs yet: WebKitWebDriver's
-    // screenshot of them never completes (the editor and run list work; not caused by the
-    // charts' canvases, the log or a ResizeObserver; still being bisected), so their state is
-    // asserted through the DOM.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         s.text("#train-step").unwrap(),
@@ -150,6 +186,43 @@ fn train_watch_live_view_episodes_and_compare_runs() {
         fidelity_points.as_f64().unwrap() >= 1.0,
         "no fidelity points after a rehearsed GRPO step"
     );
+    // A few more steps, so that the screenshot shows curves rather than single points.
+    wait_state(
+        &studio,
+        "step 6",
+        "return parseInt(document.getElementById('train-step').textContent) >= 6",
+    );
+    studio.shot("studio-training", None);
+
+    // Benchmark scores from the store's eval_results (the held-out generated tasks, evaluated
+    // every 2 steps): a curve per metric and bars of the latest values; and the per-tool
+    // fidelity heatmap.
+    wait_state(
+        &studio,
+        "the benchmark charts",
+        "return document.getElementById('bench-select').value === 'generated_test' \
+             && Number(document.getElementById('bench-bars').dataset.bars) === 2 \
+             && Number(document.getElementById('chart-bench').dataset.points) >= 4",
+    );
+    let bars = s
+        .script(
+            "return document.getElementById('bench-bars').textContent",
+            json!([]),
+        )
+        .unwrap();
+    let bars = bars.as_str().unwrap();
+    assert!(
+        bars.contains("all/score") && bars.contains("all/success"),
+        "{bars}"
+    );
+    let tools = s
+        .script(
+            "return Number(document.getElementById('fidelity-heatmap').dataset.tools)",
+            json!([]),
+        )
+        .unwrap();
+    assert!(tools.as_f64().unwrap() >= 1.0, "no tool row in the heatmap");
+    studio.shot("studio-training-benchmarks", Some("#bench-panel"));
 
     // A chart's image saves as a PNG through the host's command (given a path, so that no
     // dialog opens; the PNG button asks where).
@@ -181,12 +254,7 @@ fn train_watch_live_view_episodes_and_compare_runs() {
 
     // The episode viewer shows a rehearsed answer beside the real one, with scores.
     s.click("#tab-episodes").unwrap();
-    s.wait_for(
-        "a rehearsed call",
-        "return document.querySelector('#episode-detail .call-pair') !== null",
-        Duration::from_secs(30),
-    )
-    .unwrap();
+    show_a_rehearsed_call(&studio);
     let rehearsed = s
         .text("#episode-detail .call-pair .side-rehearsed")
         .unwrap();
@@ -199,6 +267,7 @@ fn train_watch_live_view_episodes_and_compare_runs() {
             .unwrap()
             .contains("Real environment")
     );
+    studio.shot("studio-episodes", Some("#episode-detail .call-pair"));
 
     // A second run with a changed learning rate, stopped after its first step.
     s.click("#tab-editor").unwrap();
@@ -262,5 +331,22 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     let diff = diff.as_str().unwrap();
     assert!(diff.contains("- lr = 1e-4"), "{diff}");
     assert!(diff.contains("+ lr = 0.0002"), "{diff}");
+    studio.shot("studio-compare", None);
+
+    // The run list shows both runs as stopped.
+    s.click("#tab-runs").unwrap();
+    let table = s
+        .wait_for(
+            "the run table",
+            "const t = document.getElementById('run-table'); return t && t.rows.length === 3 && t.textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(
+        table.as_str().unwrap().matches("stopped").count(),
+        2,
+        "{table}"
+    );
+    studio.shot("studio-runs-after-training", None);
     eprintln!("training e2e took {:?}", started.elapsed());
 }

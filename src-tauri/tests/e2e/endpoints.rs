@@ -1,0 +1,233 @@
+//! End-to-end: the editor's "Check connection" against the engine's own `serve-model` server
+//! (a tiny model, started in the test) and against a port where nothing listens; an API key
+//! goes to the OS keyring, never to the file, and a missing keyring says so.
+
+use std::path::Path;
+use std::time::Duration;
+
+use candle_core::{DType, Device};
+use envace::config::{self, Architecture};
+use envace::model::{Policy, TransformerConfig};
+use envace::serve::{LoadedModel, ServeOptions, serve};
+use envace::tokenize;
+use serde_json::json;
+
+use super::Studio;
+
+/// A tiny Llama with a trained tokenizer, saved as a Hugging Face folder.
+fn tiny_model(dir: &Path) {
+    let corpus =
+        "<|im_start|>user\nready?<|im_end|>\n<|im_start|>assistant\nyes, ready<|im_end|>\n";
+    let tokenizer = tokenize::train_bpe(std::iter::repeat_n(corpus, 8), 300).unwrap();
+    let tiny = config::TinyModelConfig {
+        architecture: Architecture::Llama,
+        hidden_size: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        intermediate_size: 48,
+        vocab_size: u32::try_from(tokenizer.get_vocab_size(true)).unwrap(),
+        max_position_embeddings: 512,
+        rope_theta: 10_000.0,
+        tie_embeddings: true,
+    };
+    let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
+    Policy::init(cfg, 7, &Device::Cpu, DType::F32)
+        .unwrap()
+        .save(dir)
+        .unwrap();
+    tokenize::save(&tokenizer, &dir.join(tokenize::TOKENIZER_FILE)).unwrap();
+}
+
+/// Clicks the check button of the endpoint table `at` and returns the result line once the
+/// check has ended.
+fn check(studio: &Studio, at: &str) -> (bool, String) {
+    let s = studio.s();
+    s.click(&format!("[id='check-{at}']")).unwrap();
+    let done = s
+        .wait_for(
+            "the check",
+            &format!(
+                "const r = document.getElementById('check-result-{at}'); \
+                 return r && r.dataset.ok !== undefined && [r.dataset.ok, r.textContent]"
+            ),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    (
+        done[0] == json!("true"),
+        done[1].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn check_connection_of_the_judge_and_the_simulator() {
+    let dir = tempfile::tempdir().unwrap();
+    let model_dir = dir.path().join("tiny-model");
+    tiny_model(&model_dir);
+    let model = LoadedModel::from_path(&model_dir)
+        .unwrap()
+        .with_name("tiny-judge");
+    let server = serve(
+        model,
+        "127.0.0.1:0".parse().unwrap(),
+        &ServeOptions::default(),
+    )
+    .unwrap();
+    let gone = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/v1", listener.local_addr().unwrap())
+    };
+    let config = dir.path().join("endpoints.toml");
+    let text = envace::config::preset("quickstart")
+        .unwrap()
+        .toml
+        .replace(
+            "[judge]\nkind = \"rule\"",
+            &format!(
+                "[judge]\nkind = \"llm\"\n\n[judge.endpoint]\nurl = \"{}\"\nmodel = \"tiny-judge\"",
+                server.url()
+            ),
+        )
+        .replace(
+            "n_few_shot = 1\n",
+            &format!("n_few_shot = 1\n\n[env.external]\nurl = \"{gone}\"\nmodel = \"simulator\"\n"),
+        );
+    assert!(
+        text.contains("[judge.endpoint]") && text.contains("[env.external]"),
+        "{text}"
+    );
+    std::fs::write(&config, &text).unwrap();
+    let studio = Studio::open(&config, &dir.path().join("runs.sqlite"));
+
+    // The judge: our own server answers, listing its model.
+    let (ok, line) = check(&studio, "judge.endpoint");
+    assert!(ok, "{line}");
+    assert!(
+        line.starts_with("Connected: tiny-judge answered in "),
+        "{line}"
+    );
+    assert!(line.ends_with("; 1 model(s) listed"), "{line}");
+    assert!(
+        server.stats().n_requests >= 1,
+        "the server saw no chat completion"
+    );
+
+    // The simulator: nothing listens there; the line names the URL.
+    let (ok, line) = check(&studio, "env.external");
+    assert!(!ok, "{line}");
+    assert!(
+        line.starts_with(&format!(
+            "Failed: {gone}/chat/completions: connection failed"
+        )),
+        "{line}"
+    );
+    studio.shot(
+        "studio-editor-endpoint-failed",
+        Some("[id='check-result-env.external']"),
+    );
+    studio.shot(
+        "studio-editor-endpoint-ok",
+        Some("[id='check-result-judge.endpoint']"),
+    );
+    server.shutdown();
+}
+
+#[test]
+fn an_api_key_never_reaches_the_file_and_a_missing_keyring_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keyed.toml");
+    let text = envace::config::preset("quickstart")
+        .unwrap()
+        .toml
+        .replace(
+            "[judge]\nkind = \"rule\"",
+            "[judge]\nkind = \"llm\"\n\n[judge.endpoint]\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"judge\"\napi_key_env = \"ENVACE_E2E_JUDGE_KEY\"",
+        );
+    std::fs::write(&config, &text).unwrap();
+    // No session bus at all, so no Secret Service, whatever the machine runs.
+    let studio = Studio::open_with_env(
+        &config,
+        &dir.path().join("runs.sqlite"),
+        &[(
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/envace-e2e-bus",
+        )],
+    );
+    let s = studio.s();
+    let secret = "sk-e2e-secret-7f3a";
+    s.type_into("[id='api-key-judge.endpoint']", secret)
+        .unwrap();
+    s.click("[id='api-key-save-judge.endpoint']").unwrap();
+    let done = s
+        .wait_for(
+            "the keyring's answer",
+            "const r = document.getElementById('api-key-result-judge.endpoint'); \
+             return r.dataset.ok !== undefined && [r.dataset.ok, r.textContent]",
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    assert_eq!(done[0], json!("false"));
+    let message = done[1].as_str().unwrap();
+    assert!(
+        message.starts_with("the OS keyring is not available (")
+            && message.contains("needs a Secret Service such as GNOME Keyring or KWallet"),
+        "{message}"
+    );
+    assert_eq!(
+        s.script(
+            "return document.getElementById('api-key-judge.endpoint').value",
+            json!([])
+        )
+        .unwrap(),
+        json!(""),
+        "the typed key stays in the box"
+    );
+
+    // The connection check says where the key was looked for.
+    let (ok, line) = check_error(&studio, "judge.endpoint");
+    assert!(!ok);
+    assert!(
+        line.contains("the environment variable ENVACE_E2E_JUDGE_KEY is not set and the OS keyring has no key under that name"),
+        "{line}"
+    );
+    studio.shot(
+        "studio-editor-api-key",
+        Some("[id='api-key-result-judge.endpoint']"),
+    );
+
+    // Saving writes the file without the key.
+    s.click("#save-button").unwrap();
+    s.wait_for(
+        "the save",
+        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let saved = std::fs::read_to_string(&config).unwrap();
+    assert!(saved.contains("api_key_env = \"ENVACE_E2E_JUDGE_KEY\""));
+    assert!(!saved.contains(secret) && !studio.toml_view().contains(secret));
+}
+
+/// Clicks the check button of `at` and returns its line, which is an error here.
+fn check_error(studio: &Studio, at: &str) -> (bool, String) {
+    let s = studio.s();
+    s.click(&format!("[id='check-{at}']")).unwrap();
+    let line = s
+        .wait_for(
+            "the check",
+            &format!(
+                "const r = document.getElementById('check-result-{at}'); \
+                 return r && r.textContent !== 'Checking…' && r.textContent"
+            ),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let ok = s
+        .script(
+            &format!("return document.getElementById('check-result-{at}').dataset.ok === 'true'"),
+            json!([]),
+        )
+        .unwrap();
+    (ok == json!(true), line.as_str().unwrap().to_owned())
+}

@@ -251,7 +251,11 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
         .filter(|name| name.starts_with("step-"))
         .collect();
     on_disk.sort();
-    assert_eq!(on_disk, ["step-2", "step-4"], "step-1 deleted, the newest two kept");
+    assert_eq!(
+        on_disk,
+        ["step-2", "step-4"],
+        "step-1 deleted, the newest two kept"
+    );
     let episodes = store.view().trajectories(run).unwrap();
     assert_eq!(episodes.len(), 2 * 4, "2 RL steps × 2 prompts × 2 episodes");
 }

@@ -151,11 +151,7 @@ pub fn mean_entropy(logp: &Tensor, weight: &Tensor) -> Result<f64> {
 }
 
 /// Adds `grads` of the policy's parameters into `total`.
-pub fn accumulate(
-    total: &mut Option<GradStore>,
-    grads: GradStore,
-    policy: &Policy,
-) -> Result<()> {
+pub fn accumulate(total: &mut Option<GradStore>, grads: GradStore, policy: &Policy) -> Result<()> {
     match total {
         None => *total = Some(grads),
         Some(acc) => {

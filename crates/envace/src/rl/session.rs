@@ -412,7 +412,9 @@ impl Session {
             if dir.parent() == Some(self.run_dir.as_path()) && dir.exists() {
                 std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
             }
-            self.writer.store_mut().delete_checkpoint(self.run, row.step)?;
+            self.writer
+                .store_mut()
+                .delete_checkpoint(self.run, row.step)?;
         }
         Ok(())
     }

@@ -461,6 +461,14 @@ pub struct SftConfig {
     #[serde(default = "defaults::both_roles")]
     #[schemars(length(min = 1), extend("uniqueItems" = true))]
     pub roles: Vec<Role>,
+    /// Schedule after the warm-up (the first 5% of steps): `constant`, or `cosine` decay to
+    /// `lr × min_lr_ratio` at the last step.
+    #[serde(default)]
+    pub lr_schedule: LrSchedule,
+    /// With `cosine`, the final learning rate as a fraction of `lr`.
+    #[serde(default = "defaults::sft_min_lr_ratio")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_lr_ratio: f64,
 }
 
 impl Default for SftConfig {
@@ -473,6 +481,8 @@ impl Default for SftConfig {
             batch_size: defaults::sft_batch_size(),
             micro_batch_size: defaults::sft_micro_batch_size(),
             roles: defaults::both_roles(),
+            lr_schedule: LrSchedule::default(),
+            min_lr_ratio: defaults::sft_min_lr_ratio(),
         }
     }
 }
@@ -851,6 +861,9 @@ mod defaults {
     }
     pub fn sft_lr() -> f64 {
         1e-5
+    }
+    pub fn sft_min_lr_ratio() -> f64 {
+        0.1
     }
     pub fn sft_batch_size() -> u32 {
         16

@@ -4,7 +4,8 @@
 //! # Configuration (`[sft]`)
 //!
 //! `n_tasks` generated tasks (train split) give the data; `n_steps` AdamW steps at `lr`
-//! (linear warm-up over the first 5% of steps, then constant) on `batch_size` sequences per
+//! (linear warm-up over the first 5% of steps, then constant or, with `lr_schedule =
+//! "cosine"`, decaying to `lr × min_lr_ratio`) on `batch_size` sequences per
 //! step drawn from a per-epoch shuffle seeded by the run seed, in micro-batches of
 //! `micro_batch_size`; `roles` says which roles' tokens are trained. The loss is the mean
 //! cross-entropy over the trained tokens of the step (token-mean).
@@ -20,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::{LrSchedule, Role};
+use crate::config::Role;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
 use crate::rollout::{
@@ -195,7 +196,14 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
                 .map_err(|e| Error::candle("SFT backward", e))?;
             accumulate(&mut grads, step_grads, &session.policy)?;
         }
-        let lr = learning_rate(sft.lr, LrSchedule::Constant, warmup, 1.0, step, n_steps);
+        let lr = learning_rate(
+            sft.lr,
+            sft.lr_schedule,
+            warmup,
+            sft.min_lr_ratio,
+            step,
+            n_steps,
+        );
         let grad_norm = match (grads, session.optimizer.as_mut()) {
             (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, 1.0, 1.0)?,
             _ => 0.0,

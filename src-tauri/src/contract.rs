@@ -175,6 +175,17 @@ pub enum TrainingEvent {
         /// The line.
         message: String,
     },
+    /// A held-out evaluation finished; its rows are in the store (`run_evals`).
+    Eval {
+        /// The run.
+        run: i32,
+        /// The step it evaluates the policy after.
+        step: u32,
+        /// The benchmark, e.g. `generated_test`.
+        benchmark: String,
+        /// Its figures (`score`, `success`); `null` where not finite.
+        metrics: std::collections::BTreeMap<String, Option<f64>>,
+    },
     /// A checkpoint was written.
     Checkpoint {
         /// Last completed step.
@@ -237,6 +248,17 @@ impl TrainingEvent {
                 eta_secs: finite(eta_secs),
             },
             Event::Log { level, message } => TrainingEvent::Log { level, message },
+            Event::Eval {
+                step,
+                benchmark,
+                metrics,
+                ..
+            } => TrainingEvent::Eval {
+                run,
+                step,
+                benchmark,
+                metrics: metrics.into_iter().map(|(k, v)| (k, finite(v))).collect(),
+            },
             Event::Checkpoint { step, path } => TrainingEvent::Checkpoint { step, path },
             Event::Paused => TrainingEvent::Paused,
             Event::Resumed => TrainingEvent::Resumed,

@@ -362,6 +362,16 @@ eta_secs: number | null } |
 level: string; 
 /**  The line. */
 message: string } | 
+/**  A held-out evaluation finished; its rows are in the store (`run_evals`). */
+{ kind: "eval"; 
+/**  The run. */
+run: number; 
+/**  The step it evaluates the policy after. */
+step: number; 
+/**  The benchmark, e.g. `generated_test`. */
+benchmark: string; 
+/**  Its figures (`score`, `success`); `null` where not finite. */
+metrics: { [key in string]: number | null } } | 
 /**  A checkpoint was written. */
 { kind: "checkpoint"; 
 /**  Last completed step. */

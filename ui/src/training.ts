@@ -178,10 +178,16 @@ export class TrainingView {
         if (this.shownRun === event.run) {
           this.store.addStep(event.step, event.metrics);
           this.queueRedraw();
-          // The engine evaluates between RL steps and reports no event of its own for it, so
-          // the benchmark rows are read once per RL step event (never on a timer).
-          if (event.phase === "rl") this.benchmarks.refresh(event.run);
         }
+        break;
+      }
+      case "eval": {
+        const figures = Object.entries(event.metrics)
+          .map(([key, value]) => `${key} ${value === null ? "–" : formatValue(value)}`)
+          .join(", ");
+        this.addLog("info", `eval after step ${event.step}: ${event.benchmark} ${figures}`);
+        // The engine announces each evaluation once its rows are stored: read them then.
+        if (this.shownRun === event.run) this.benchmarks.refresh(event.run);
         break;
       }
       case "log":

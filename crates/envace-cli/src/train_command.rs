@@ -137,6 +137,21 @@ fn report(bar: &ProgressBar, event: &Event) -> bool {
             ));
         }
         Event::Log { level, message } => bar.println(format!("[{level}] {message}")),
+        Event::Eval {
+            step,
+            benchmark,
+            n_tasks,
+            metrics,
+        } => {
+            let figures = metrics
+                .iter()
+                .map(|(key, value)| format!("{key} {value:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            bar.println(format!(
+                "eval after step {step}: {benchmark} ({n_tasks} tasks) {figures}"
+            ));
+        }
         Event::Checkpoint { step, path } => {
             bar.println(format!("checkpoint at step {step}: {path}"))
         }

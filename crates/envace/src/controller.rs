@@ -61,6 +61,17 @@ pub enum Event {
         /// The line.
         message: String,
     },
+    /// A held-out evaluation finished (its rows are in the store's `eval_results`).
+    Eval {
+        /// The step it evaluates the policy after (over the whole job).
+        step: u32,
+        /// The benchmark, e.g. `generated_test`.
+        benchmark: String,
+        /// Tasks evaluated.
+        n_tasks: usize,
+        /// Its figures, e.g. `score` and `success`.
+        metrics: BTreeMap<String, f64>,
+    },
     /// A checkpoint was written.
     Checkpoint {
         /// Last completed step.

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 use envace::config::{self, ExperimentConfig, Role, TinyModelConfig};
-use envace::controller::{JobOutcome, JobSpec, NoHooks, train};
+use envace::controller::{Event, Flow, Hooks, JobOutcome, JobSpec, train};
 use envace::model::{Policy, TransformerConfig};
 use envace::rl::grpo::micro_batch_loss;
 use envace::rl::{AdamW, TrainItem, pad_batch, token_logprobs};
@@ -185,7 +185,20 @@ fn job_metrics(store_path: &Path) -> BTreeMap<(u64, String), Vec<f64>> {
     out
 }
 
-fn run_job(config: &ExperimentConfig, store_path: &Path) {
+/// Keeps every event of a job.
+#[derive(Default)]
+struct Recorder(Vec<Event>);
+
+impl Hooks for Recorder {
+    fn poll(&mut self) -> Flow {
+        Flow::Continue
+    }
+    fn emit(&mut self, event: Event) {
+        self.0.push(event);
+    }
+}
+
+fn run_job(config: &ExperimentConfig, store_path: &Path) -> Vec<Event> {
     let store = Store::open(store_path).unwrap();
     let run = store.create_run(&config.run.name, TINY_JOB).unwrap();
     drop(store);
@@ -195,10 +208,12 @@ fn run_job(config: &ExperimentConfig, store_path: &Path) {
         store_path: store_path.to_path_buf(),
         resume: None,
     };
+    let mut recorder = Recorder::default();
     assert_eq!(
-        train(&spec, run, &mut NoHooks).unwrap(),
+        train(&spec, run, &mut recorder).unwrap(),
         JobOutcome::Finished
     );
+    recorder.0
 }
 
 #[test]
@@ -209,7 +224,7 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
     let second = dir.path().join("b/runs.sqlite");
     std::fs::create_dir_all(first.parent().unwrap()).unwrap();
     std::fs::create_dir_all(second.parent().unwrap()).unwrap();
-    run_job(&config, &first);
+    let events = run_job(&config, &first);
     // The second run keeps only its two newest checkpoints on disk; metrics must not change.
     let mut pruned = config.clone();
     pruned.run.keep_checkpoints = 2;
@@ -226,6 +241,18 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
     assert!(a.contains_key(&(3, "eval/generated_test/success".to_owned())));
     assert!(a.contains_key(&(5, "eval/generated_test/success".to_owned())));
     assert!(a.contains_key(&(0, "sft/loss".to_owned())));
+    // The SFT learning rate follows `lr_schedule = "cosine"`: warm-up, peak, then decay.
+    let lr = |step: u64| a[&(step, "sft/lr".to_owned())][0];
+    assert!(
+        (lr(1) - 1e-3).abs() < 1e-12,
+        "peak after the warm-up: {}",
+        lr(1)
+    );
+    assert!(
+        (lr(2) - 1e-3 * 0.55).abs() < 1e-9,
+        "half way down the cosine: {}",
+        lr(2)
+    );
     assert!(a.contains_key(&(4, "rl/reward".to_owned())));
     assert!(a.contains_key(&(4, "rehearse/entropy".to_owned())));
     assert_eq!(a, b);
@@ -240,6 +267,30 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
         .map(|c| c.step)
         .collect();
     assert_eq!(steps, [1, 2, 4]);
+    // Each held-out evaluation is announced with the figures the store holds.
+    let announced: Vec<(u64, String, f64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Eval { step, metrics, .. } => Some(
+                metrics
+                    .iter()
+                    .map(|(k, v)| (u64::from(*step), k.clone(), *v))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let mut stored: Vec<(u64, String, f64)> = store
+        .view()
+        .eval_results(run)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.step, r.metric, r.value))
+        .collect();
+    stored.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    assert_eq!(announced, stored);
+    assert_eq!(announced.len(), 4, "score and success after steps 3 and 5");
     let pruned_store = Store::open(&second).unwrap();
     let pruned_run = pruned_store.view().runs().unwrap()[0].id;
     let kept = pruned_store.view().checkpoints(pruned_run).unwrap();

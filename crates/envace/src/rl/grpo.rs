@@ -330,6 +330,16 @@ fn episode_specs(
     Ok(specs)
 }
 
+/// The event of a held-out evaluation written by [`write_eval`].
+fn eval_event(step: u32, n_tasks: usize, mean: f64, success: f64) -> Event {
+    Event::Eval {
+        step,
+        benchmark: "generated_test".to_owned(),
+        n_tasks,
+        metrics: BTreeMap::from([("score".to_owned(), mean), ("success".to_owned(), success)]),
+    }
+}
+
 fn write_eval(
     session: &mut Session,
     step: u32,
@@ -394,6 +404,7 @@ pub fn train(
     if resumed_at == first_step && !test_tasks.is_empty() {
         let (mean, success) = evaluate(session, test_tasks, first_step)?;
         write_eval(session, first_step, test_tasks.len(), mean, success)?;
+        hooks.emit(eval_event(first_step, test_tasks.len(), mean, success));
     }
     for step in session.next_step..last_step {
         if hooks.poll() == Flow::Stop {
@@ -547,6 +558,7 @@ pub fn train(
         if (rl_step + 1).is_multiple_of(eval_interval) && !test_tasks.is_empty() {
             let (mean, success) = evaluate(session, test_tasks, step + 1)?;
             write_eval(session, step + 1, test_tasks.len(), mean, success)?;
+            hooks.emit(eval_event(step + 1, test_tasks.len(), mean, success));
         }
         let interval = session.config.run.checkpoint_interval_steps.max(1);
         if (rl_step + 1).is_multiple_of(interval) || step + 1 == last_step {

@@ -62,6 +62,50 @@ describe("align", () => {
     const b = { key: "b", steps: [2, 3], values: [20, 30] };
     expect(align([a, b])).toEqual([[1, 2, 3, 4], [1, 2, null, 4], [null, 20, 30, null]]);
   });
+
+  it("gives what sorting the union gives, for rising, shared, unsorted and repeated steps", () => {
+    // The reference: every step once, sorted; each series' value at it (its last for a repeat).
+    const reference = (series: { steps: number[]; values: (number | null)[] }[]): Aligned => {
+      const xs = [...new Set(series.flatMap((s) => s.steps))].sort((p, q) => p - q);
+      return [
+        xs,
+        ...series.map((s) => {
+          const row: (number | null)[] = xs.map(() => null);
+          s.steps.forEach((step, i) => (row[xs.indexOf(step)] = s.values[i]));
+          return row;
+        }),
+      ];
+    };
+    let seed = 7;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+    const rising = (n: number) => {
+      const steps: number[] = [];
+      for (let x = 0; steps.length < n; x++) if (next() < 0.5) steps.push(x);
+      return steps;
+    };
+    const shared = rising(40);
+    const cases = [
+      [rising(30), rising(50), rising(5)],
+      [shared, [...shared], shared],
+      [[5, 1, 3], [2, 3]],
+      [[1, 2, 2, 3], [3, 4]],
+      [[], rising(10)],
+    ];
+    for (const stepsList of cases) {
+      const series = stepsList.map((steps, k) => ({ key: `s${k}`, steps, values: steps.map((_, i) => (i % 7 === 3 ? null : k * 1000 + i)) }));
+      expect(align(series)).toEqual(reference(series));
+    }
+  });
+
+  it("aligns a million points per series that share their steps", () => {
+    const n = 1_000_000;
+    const steps = Array.from({ length: n }, (_, i) => i * 2);
+    const series = [0, 1, 2].map((k) => ({ key: `s${k}`, steps, values: steps.map((x) => x + k) }));
+    const [xs, ...ys] = align(series);
+    expect(xs.length).toBe(n);
+    expect(xs[n - 1]).toBe(2 * (n - 1));
+    expect(ys.map((y) => y[n - 1])).toEqual([2 * (n - 1), 2 * (n - 1) + 1, 2 * (n - 1) + 2]);
+  });
 });
 
 describe("decimate", () => {

@@ -121,9 +121,57 @@ export function ema(values: readonly (number | null)[], weight: number): (number
   return out;
 }
 
-/** Puts several series on the union of their steps, with nulls where one has no value. */
+/** Whether `xs` rises strictly (no step twice). */
+function rising(xs: readonly number[]): boolean {
+  if (xs.length > 0 && !(Number.isFinite(xs[0]) && Number.isFinite(xs[xs.length - 1]))) return false;
+  for (let i = 1; i < xs.length; i++) if (!(xs[i - 1] < xs[i])) return false;
+  return true;
+}
+
+/** Whether `a` and `b` hold the same steps. */
+function sameSteps(a: readonly number[], b: readonly number[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** The union of rising step lists, rising: a k-way merge, linear in the points. */
+function mergeSteps(lists: readonly (readonly number[])[]): number[] {
+  const at = lists.map(() => 0);
+  const xs: number[] = [];
+  for (;;) {
+    let next = Infinity;
+    for (let s = 0; s < lists.length; s++) if (at[s] < lists[s].length && lists[s][at[s]] < next) next = lists[s][at[s]];
+    if (next === Infinity) return xs;
+    xs.push(next);
+    for (let s = 0; s < lists.length; s++) if (at[s] < lists[s].length && lists[s][at[s]] === next) at[s]++;
+  }
+}
+
+/**
+ * Puts several series on the union of their steps, with nulls where one has no value. Series
+ * whose steps rise (as a `SeriesStore` keeps them) are merged in linear time, and series
+ * sharing the same steps are copied as they are, so a million points per series align in
+ * milliseconds; other input is sorted.
+ */
 export function align(series: readonly Series[]): Aligned {
   if (series.length === 1) return [[...series[0].steps], [...series[0].values]];
+  if (series.length > 1 && series.every((s) => s.steps.length === s.values.length && rising(s.steps))) {
+    const first = series[0].steps;
+    if (series.every((s) => sameSteps(s.steps, first))) return [[...first], ...series.map((s) => [...s.values])];
+    const xs = mergeSteps(series.map((s) => s.steps));
+    const ys = series.map((s) => {
+      const row: (number | null)[] = new Array(xs.length).fill(null);
+      let j = 0;
+      for (let i = 0; i < s.steps.length; i++) {
+        while (xs[j] < s.steps[i]) j++;
+        row[j] = s.values[i];
+      }
+      return row;
+    });
+    return [xs, ...ys];
+  }
   const xs = [...new Set(series.flatMap((s) => s.steps))].sort((a, b) => a - b);
   const index = new Map(xs.map((x, i) => [x, i]));
   const ys = series.map((s) => {

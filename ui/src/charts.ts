@@ -67,12 +67,15 @@ export class ChartPanel {
 
   /** Non-null points drawn (before decimation). */
   points(): number {
-    return this.series.reduce((n, s) => n + s.values.filter((v) => v !== null).length, 0);
+    let n = 0;
+    for (const s of this.series) for (const v of s.values) if (v !== null) n++;
+    return n;
   }
 
   private render(): void {
-    this.element.dataset.points = String(this.points());
-    if (this.series.length === 0 || this.points() === 0) {
+    const points = this.points();
+    this.element.dataset.points = String(points);
+    if (this.series.length === 0 || points === 0) {
       this.destroy();
       this.note.textContent = "No data yet.";
       return;

@@ -4,75 +4,19 @@
 
 mod close;
 mod endpoints;
+mod launch;
 mod pickers;
 mod training;
 mod webdriver;
 mod x11;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use launch::{Guard, need};
 use serde_json::json;
 use webdriver::{Session, TAB};
-
-/// A process killed when dropped, so a failing test leaves nothing running.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn need(program: &str, package: &str) -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(program))
-            .find(|path| path.is_file())
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "{program} is not installed (Debian package {package}); `cargo xtask setup` installs it"
-        )
-    })
-}
-
-/// Starts Xvfb on a free display and returns it with the display name.
-fn start_display() -> (Guard, String) {
-    let xvfb = need("Xvfb", "xvfb");
-    let mut child = Command::new(xvfb)
-        .args([
-            "-displayfd",
-            "1",
-            "-screen",
-            "0",
-            "1400x900x24",
-            "-nolisten",
-            "tcp",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let display = format!(":{}", line.trim());
-    assert!(display.len() > 1, "Xvfb did not report a display");
-    (Guard(child), display)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn screenshots_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
@@ -111,35 +55,14 @@ impl Studio {
     /// Opens the studio with extra environment variables (set on the driver, which starts
     /// the app).
     fn open_with_env(config: &Path, store: &Path, env: &[(&str, &str)]) -> Studio {
-        let driver_bin = need("WebKitWebDriver", "webkit2gtk-driver");
-        let (display, name) = start_display();
+        let (display, name) = launch::start_display();
         let runtime_dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let driver = Command::new(driver_bin)
-            .arg(format!("--port={port}"))
-            .env("DISPLAY", &name)
-            .env("TAURI_WEBVIEW_AUTOMATION", "true")
-            .env("XDG_RUNTIME_DIR", runtime_dir.path())
-            .env("WEBKIT_DISABLE_COMPOSITING_MODE", "1")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let driver = Guard(driver);
-        let base = format!("http://127.0.0.1:{port}");
-        webdriver::wait_ready(&base, Duration::from_secs(20)).unwrap();
-        let session = Session::start(
+        let (driver, base) = launch::start_driver(&name, runtime_dir.path(), env);
+        let session = launch::open_studio(
             &base,
-            json!({
-                "webkitgtk:browserOptions": {
-                    "binary": env!("CARGO_BIN_EXE_envace-studio"),
-                    "args": [
-                        "--config", config.display().to_string(),
-                        "--store", store.display().to_string(),
-                    ],
-                }
-            }),
+            Path::new(env!("CARGO_BIN_EXE_envace-studio")),
+            config,
+            store,
         )
         .unwrap();
         if let Err(err) = session.wait_for(

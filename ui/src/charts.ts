@@ -160,6 +160,11 @@ export class ChartPanel {
     this.element.dataset.zoom = this.zoom ? `${min}-${max}` : "";
   }
 
+  /** Shows steps `[min, max]` as dragging over that range does: the range is re-decimated. */
+  zoomX(min: number, max: number): void {
+    this.plot?.setScale("x", { min, max });
+  }
+
   resetZoom(): void {
     this.zoom = null;
     this.element.dataset.zoom = "";

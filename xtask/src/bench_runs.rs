@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 const TARGET_REHEARSAL_SUCCESS: f64 = 0.6;
 const TARGET_WALL_SECS: f64 = 15.0 * 60.0;
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
@@ -28,7 +28,7 @@ fn threads() -> String {
     })
 }
 
-fn write_result(root: &Path, name: &str, result: &Value) -> Result<()> {
+pub(crate) fn write_result(root: &Path, name: &str, result: &Value) -> Result<()> {
     let out_dir = root.join("target").join("bench");
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("cannot create {}", out_dir.display()))?;

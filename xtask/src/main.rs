@@ -1,6 +1,7 @@
 //! Project automation behind `cargo xtask`: set up the machine, run the main job, run every test.
 
 mod bench;
+mod bench_chart;
 mod bench_runs;
 mod setup;
 
@@ -24,6 +25,9 @@ commands:
                  rollout     episodes/min and tokens/s, real vs rehearsed tool responses
                  quickstart  wall time and held-out success: SFT only, real-environment
                              GRPO and rehearsal GRPO on the same budget
+                 chart       a chart of 1,000,000 points per series in the studio's
+                             webview (Xvfb): first draw and zoom/pan redraws, ours
+                             (decimated) vs plain uPlot given every point
 ";
 
 fn main() {
@@ -75,7 +79,7 @@ pub(crate) fn cargo(args: &[&str]) -> Result<()> {
 }
 
 /// Runs `npm run SCRIPT` in ui/.
-fn npm(script: &str) -> Result<()> {
+pub(crate) fn npm(script: &str) -> Result<()> {
     eprintln!("xtask: $ npm run {script} (in ui/)");
     let status = Command::new("npm")
         .args(["run", "--silent", script])
@@ -222,11 +226,16 @@ fn run_bench(root: &Path, name: Option<&str>) -> Result<()> {
         Some("model") => bench::model(root),
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
+        Some("chart") => bench_chart::chart(root),
         None => {
-            bail!("usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart")
+            bail!(
+                "usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart, chart"
+            )
         }
         Some(name) => {
-            bail!("no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart")
+            bail!(
+                "no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart, chart"
+            )
         }
     }
 }

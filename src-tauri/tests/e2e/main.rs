@@ -244,7 +244,7 @@ fn edit_a_preset_see_a_field_error_fix_it_and_save() {
         .unwrap();
     let diff = diff.as_str().unwrap();
     assert!(diff.contains("+ micro_batch_size = 16"), "{diff}");
-    assert!(diff.contains("- lr = 1e-5"), "{diff}");
+    assert!(diff.contains("- lr = 1e-4"), "{diff}");
     studio.shot(
         "studio-editor-fixed-with-diff",
         Some("[data-path='rl.micro_batch_size']"),

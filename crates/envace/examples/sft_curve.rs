@@ -10,7 +10,8 @@
 use envace::config::LrSchedule;
 use envace::config::{self, Role, TaskSplit};
 use envace::rl::session::{Session, load_sources, task_pool};
-use envace::rl::{AdamW, accumulate, learning_rate, pad_batch, token_logprobs};
+use envace::rl::{AdamW, accumulate, grpo, learning_rate, pad_batch, token_logprobs};
+use envace::rollout::EpisodeRecord;
 use envace::store::{RunWriter, Store};
 use std::time::Instant;
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
@@ -119,9 +120,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if (step + 1) % every == 0 {
             let te = Instant::now();
-            let (mean, succ) = envace::rl::grpo::evaluate(&mut session, &test, step + 1)?;
+            let episodes = grpo::evaluation_episodes(&mut session, &test, step + 1)?;
+            let (mean, succ) = grpo::eval_summary(&episodes);
             if std::env::var("SHOW").is_ok() {
-                show(&mut session, &test[..6])?;
+                show(&session, &episodes[..episodes.len().min(6)])?;
             }
             println!(
                 "EVAL step {} score {mean:.3} success {succ:.3} (eval {:.0}s, train t {:.0}s)",
@@ -134,49 +136,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn show(
-    session: &mut Session,
-    tasks: &[std::sync::Arc<envace::tasks::GenTask>],
-) -> Result<(), Box<dyn std::error::Error>> {
-    use envace::rollout::*;
-    let mut settings = RolloutSettings::from_config(&session.config);
-    settings.mode = ResponseMode::Real;
-    let mut generator = PolicyGenerator {
-        policy: session.policy.clone(),
-        sampling: envace::model::Sampling::greedy(),
-        max_batch: 16,
-    };
-    let specs = tasks
-        .iter()
-        .map(|t| {
-            Ok(EpisodeSpec {
-                task: t.clone(),
-                env: envace::tasks::fresh_env(t.domain, &session.sources)?,
-                group: t.id.clone(),
-            })
-        })
-        .collect::<envace::error::Result<Vec<_>>>()?;
-    let mut cache = session.cache.clone();
-    let eps = run_batch(
-        specs,
-        &settings,
-        &session.codec,
-        &mut generator,
-        None,
-        session.judge.as_ref(),
-        &mut cache,
-    )?;
-    for e in eps {
+fn show(session: &Session, episodes: &[EpisodeRecord]) -> Result<(), Box<dyn std::error::Error>> {
+    for e in episodes {
         println!(
             "--- reward {:?} end {:?} mask {:?}",
             e.reward, e.end, e.mask_reason
         );
-        let t = &e.samples[0].tokens;
-        let toks: Vec<String> = t[t.len().saturating_sub(70)..]
-            .iter()
-            .map(|&x| session.codec.decode(&[x]).unwrap_or_default())
-            .collect();
-        println!("  TOKENS {:?}", toks);
+        if let Some(sample) = e.samples.first() {
+            let t = &sample.tokens;
+            let tokens = t[t.len().saturating_sub(70)..]
+                .iter()
+                .map(|&x| session.codec.decode(&[x]))
+                .collect::<envace::error::Result<Vec<String>>>()?;
+            println!("  TOKENS {tokens:?}");
+        }
         for m in &e.messages {
             println!("  [{:?}] {}", m.role, m.content.replace('\n', " "));
         }

@@ -283,6 +283,15 @@ fn step_tasks(pool: &[Arc<GenTask>], step: u32, batch_size: usize) -> Vec<Arc<Ge
 /// Evaluates the policy on held-out tasks: greedy, real environment; returns the mean score
 /// and the success rate (score 1).
 pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Result<(f64, f64)> {
+    Ok(eval_summary(&evaluation_episodes(session, tasks, step)?))
+}
+
+/// The episodes of a held-out evaluation (greedy, real environment), in task order.
+pub fn evaluation_episodes(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+) -> Result<Vec<EpisodeRecord>> {
     let mut settings = step_settings(session, step);
     settings.mode = ResponseMode::Real;
     settings.fidelity = false;
@@ -291,11 +300,11 @@ pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Res
         sampling: Sampling::greedy(),
         max_batch: 16,
     };
-    let mut scores = Vec::new();
+    let mut episodes = Vec::with_capacity(tasks.len());
     for chunk in tasks.chunks(16) {
         let specs = episode_specs(session, chunk, 1)?;
         let mut cache = session.cache.clone();
-        let episodes = run_batch(
+        episodes.extend(run_batch(
             specs,
             &settings,
             &session.codec,
@@ -303,13 +312,18 @@ pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Res
             None,
             session.judge.as_ref(),
             &mut cache,
-        )?;
-        scores.extend(episodes.iter().filter_map(|e| e.reward));
+        )?);
     }
+    Ok(episodes)
+}
+
+/// The mean score and the success rate (score 1) of judged episodes; masked ones do not count.
+pub fn eval_summary(episodes: &[EpisodeRecord]) -> (f64, f64) {
+    let scores: Vec<f64> = episodes.iter().filter_map(|e| e.reward).collect();
     let n = scores.len().max(1) as f64;
     let mean = scores.iter().sum::<f64>() / n;
     let success = scores.iter().filter(|&&r| r >= 1.0 - 1e-9).count() as f64 / n;
-    Ok((mean, success))
+    (mean, success)
 }
 
 fn episode_specs(

@@ -5,8 +5,9 @@
 //! `cargo run --release -p envace --example sft_curve -- [CONFIG]` (the quickstart by
 //! default). Environment: `STEPS` (600), `EVERY` (150), `LR` (`[sft].lr`), `BS`
 //! (`[sft].batch_size`), `NTASKS` (`[sft].n_tasks`), `COSINE=true` (cosine decay), `SHOW=1`
-//! (print six evaluated episodes turn by turn), `ACT_ONLY=true` (train the Act role only).
-//! Batches are drawn with replacement; micro-batches of 8.
+//! (print six evaluated episodes turn by turn), `DUMP=N` (print
+//! the first N training windows), `ACT_ONLY=true` (train the Act role only).
+//! `SHARE` (`[sft].rehearse_share`). Batches come from `sft::batch_items`; `MB` micro-batch size (8).
 use envace::config::LrSchedule;
 use envace::config::{self, Role, TaskSplit};
 use envace::rl::session::{Session, load_sources, task_pool};
@@ -75,27 +76,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         items.len(),
         t0.elapsed().as_secs_f64()
     );
+    let dump: usize = env("DUMP", 0);
+    for item in items.iter().take(dump) {
+        let (tokens, _) = item.window(max_len);
+        println!(
+            "=== {:?} item: {} tokens, window {}\n{}",
+            item.role,
+            item.tokens.len(),
+            tokens.len(),
+            session.codec.decode(tokens)?
+        );
+    }
     let roles = vec![Role::Act, Role::Rehearse];
     let mut opt = AdamW::new(&session.policy, 0.0)?;
-    let mut rng = 12345u64;
+    let share: Option<f64> = std::env::var("SHARE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .or(config.sft.rehearse_share);
     let t0 = Instant::now();
     for step in 0..steps {
-        let picked: Vec<usize> = (0..bs)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                (rng % items.len() as u64) as usize
-            })
-            .collect();
-        let batch_items: Vec<_> = picked.iter().map(|&i| &items[i]).collect();
+        let picked = envace::rl::sft::batch_items(&items, 12345, step, bs, share);
+        let mut batch_items: Vec<_> = picked.iter().map(|&i| &items[i]).collect();
+        batch_items.sort_by_key(|item| item.window(max_len).0.len());
         let total: usize = batch_items
             .iter()
             .map(|i| i.n_trained(max_len, &roles))
             .sum();
         let mut grads = None;
         let mut lsum = 0.0;
-        for micro in batch_items.chunks(8) {
+        for micro in batch_items.chunks(env("MB", 8)) {
             let batch = pad_batch(micro, max_len, &roles, session.policy.device())?;
             let (logp, _) = token_logprobs(&session.policy, &batch)?;
             let loss = ((&logp * &batch.weight)?.sum_all()?.neg()? / total as f64)?;

@@ -347,6 +347,9 @@ pub struct RehearseInput<'a> {
     pub call: CallUnderTest,
     /// Longest conversation excerpt shown, in characters (older text is cut first).
     pub max_conversation_chars: usize,
+    /// Whether the prompt lists each candidate tool's description and the called tool's JSON
+    /// schema (`tool_prompt = "schemas"`) or only the candidate tools' names.
+    pub schemas: bool,
 }
 
 /// The rehearse prompt as chat messages (`system`, `user`), ready for a chat template or an
@@ -354,12 +357,18 @@ pub struct RehearseInput<'a> {
 pub fn rehearse_messages(input: &RehearseInput<'_>) -> Vec<Value> {
     let mut user = String::new();
     user.push_str("# Candidate tools\n");
-    for tool in input.tools {
-        user.push_str(&format!(
-            "- {}: {}\n",
-            tool.name,
-            first_line(&tool.description)
-        ));
+    if input.schemas {
+        for tool in input.tools {
+            user.push_str(&format!(
+                "- {}: {}\n",
+                tool.name,
+                first_line(&tool.description)
+            ));
+        }
+    } else {
+        let names: Vec<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
+        user.push_str(&names.join(", "));
+        user.push('\n');
     }
     if !input.examples.is_empty() {
         user.push_str("\n# Real responses of this tool\n");
@@ -389,6 +398,7 @@ pub fn rehearse_messages(input: &RehearseInput<'_>) -> Vec<Value> {
         CallUnderTest::Parsed { name, arguments } => {
             user.push_str(&format!("tool: {name}\n"));
             match input.tools.iter().find(|t| &t.name == name) {
+                Some(_) if !input.schemas => {}
                 Some(spec) => user.push_str(&format!(
                     "schema: {}\n",
                     pyjson::dumps(&spec.parameters, false)
@@ -627,6 +637,7 @@ mod tests {
                 arguments: json!({"order_id": "#W1"}),
             },
             max_conversation_chars: 2000,
+            schemas: true,
         };
         let messages = rehearse_messages(&input);
         assert_eq!(messages.len(), 2);
@@ -642,6 +653,17 @@ mod tests {
         ] {
             assert!(user.contains(part), "missing {part:?} in\n{user}");
         }
+        // With tool names only: the name line, no description and no schema.
+        let names = RehearseInput {
+            schemas: false,
+            ..input
+        };
+        let messages = rehearse_messages(&names);
+        let user = messages[1]["content"].as_str().expect("text");
+        assert!(user.contains("# Candidate tools\nget_order\n"), "{user}");
+        assert!(user.contains("tool: get_order\narguments: "), "{user}");
+        assert!(!user.contains("Get an order"), "{user}");
+        assert!(!user.contains("schema:"), "{user}");
     }
 
     #[test]

@@ -104,10 +104,21 @@ pub fn token_id(tokenizer: &Tokenizer, token: &str) -> Result<u32> {
 /// The byte-level pre-tokenizer of SmolLM2 (and of trained tokenizers): every digit alone, then
 /// GPT-2's regex split and byte-to-unicode mapping, with no prefix space.
 fn byte_level_pre_tokenizer() -> Sequence {
-    Sequence::new(vec![
-        PreTokenizerWrapper::Digits(Digits::new(true)),
-        PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true)),
-    ])
+    pre_tokenizer(true)
+}
+
+/// GPT-2's regex split and byte-to-unicode mapping with no prefix space, after splitting every
+/// digit alone when `split_digits`.
+fn pre_tokenizer(split_digits: bool) -> Sequence {
+    let byte_level = PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true));
+    if split_digits {
+        Sequence::new(vec![
+            PreTokenizerWrapper::Digits(Digits::new(true)),
+            byte_level,
+        ])
+    } else {
+        Sequence::new(vec![byte_level])
+    }
 }
 
 /// Rebuilds a GPT-2-style byte-level BPE tokenizer from GGUF metadata
@@ -172,7 +183,18 @@ pub fn from_gguf_vocab(
 
 /// Trains a byte-level BPE tokenizer of `vocab_size` tokens on `corpus` (any iterator of texts),
 /// with [`SPECIAL_TOKENS`] at ids 0.. and all 256 bytes in the alphabet, so every text encodes.
+/// Every digit is its own pre-token.
 pub fn train_bpe<I, S>(corpus: I, vocab_size: usize) -> Result<Tokenizer>
+where
+    I: Iterator<Item = S> + Send,
+    S: AsRef<str> + Send,
+{
+    train_bpe_with(corpus, vocab_size, true)
+}
+
+/// [`train_bpe`], with runs of digits kept together (so BPE may merge them) unless
+/// `split_digits`.
+pub fn train_bpe_with<I, S>(corpus: I, vocab_size: usize, split_digits: bool) -> Result<Tokenizer>
 where
     I: Iterator<Item = S> + Send,
     S: AsRef<str> + Send,
@@ -200,7 +222,7 @@ where
         .initial_alphabet(alphabet)
         .build();
     let mut tokenizer = HfTokenizer::new(BPE::default());
-    tokenizer.with_pre_tokenizer(Some(byte_level_pre_tokenizer()));
+    tokenizer.with_pre_tokenizer(Some(pre_tokenizer(split_digits)));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
     tokenizer.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
     let mut trainer = TrainerWrapper::from(trainer);

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Device};
 use envace::chat::ChatTemplate;
-use envace::config::{Domain, Role, TaskSplit, TinyModelConfig};
+use envace::config::{Domain, Role, TaskSplit, TinyModelConfig, ToolPrompt};
 use envace::env::Environment;
 use envace::env::tau2::{DomainKind, Tau2Domain};
 use envace::judge::RuleJudge;
@@ -85,6 +85,7 @@ fn settings(mode: ResponseMode) -> RolloutSettings {
         fidelity: true,
         seed: 3,
         system_prompt: None,
+        tool_prompt: ToolPrompt::Schemas,
     }
 }
 
@@ -205,6 +206,51 @@ fn oracle_with_the_real_environment_rehearsing_scores_full_fidelity() {
         assert!(real_episode.fidelity_calls().next().is_none());
     }
     assert!(n_pairs >= 20, "only {n_pairs} rehearsed calls");
+}
+
+#[test]
+fn tool_names_prompts_carry_no_schemas_and_still_solve_tasks() {
+    let tasks = gen_tasks(Domain::Functions, 2, 6);
+    let mut settings = settings(ResponseMode::Rehearse);
+    settings.tool_prompt = ToolPrompt::Names;
+    let mut rehearse_prompts = Vec::new();
+    let episodes = {
+        let mut answer = real_rehearser(&tasks, |_, _| None);
+        let mut rehearser = Scripted::new(|request: &GenRequest, prompt: &str| {
+            rehearse_prompts.push(prompt.to_owned());
+            answer(request, prompt)
+        });
+        run(
+            &tasks,
+            &settings,
+            &mut OracleActor::new(&tasks),
+            &mut rehearser,
+        )
+    };
+    let codec = codec();
+    for episode in &episodes {
+        assert_eq!(episode.reward, Some(1.0), "{}", episode.judge);
+        let act = codec.decode(&episode.samples[0].tokens).unwrap();
+        assert!(
+            act.starts_with("<|im_start|>system\nTools: add, subtract, multiply, power,"),
+            "{act}"
+        );
+        assert!(
+            !act.contains("<tools>") && !act.contains("\"parameters\""),
+            "{act}"
+        );
+    }
+    assert!(!rehearse_prompts.is_empty());
+    for prompt in &rehearse_prompts {
+        assert!(
+            prompt.contains("# Candidate tools\nadd, subtract, "),
+            "{prompt}"
+        );
+        assert!(
+            !prompt.contains("schema:") && !prompt.contains("First addend"),
+            "{prompt}"
+        );
+    }
 }
 
 /// Changes the first string leaf of an object answer.

@@ -404,6 +404,7 @@ fn tiny_hf_folder(dir: &Path) {
         max_position_embeddings: 1024,
         rope_theta: 10_000.0,
         tie_embeddings: true,
+        split_digits: true,
     };
     let cfg = TransformerConfig::from_tiny(&tiny).expect("a valid tiny config");
     let policy = Policy::init(cfg, 7, &Device::Cpu, DType::F32).expect("a tiny model");
@@ -540,6 +541,7 @@ fn a_template_that_knows_tools_renders_them_itself() {
         max_position_embeddings: 4096,
         rope_theta: 10_000.0,
         tie_embeddings: true,
+        split_digits: true,
     };
     let cfg = TransformerConfig::from_tiny(&tiny).expect("a valid tiny config");
     Policy::init(cfg, 3, &Device::Cpu, DType::F32)

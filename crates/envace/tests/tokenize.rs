@@ -166,6 +166,33 @@ fn trained_bpe_keeps_specials_and_round_trips() {
 }
 
 #[test]
+fn digits_merge_only_when_not_split() {
+    let corpus: Vec<String> = (0..400)
+        .map(|i| format!("What is {} plus 963? It is {}.", i % 50, i % 50 + 963))
+        .collect();
+    let split = tokenize::train_bpe(corpus.iter(), 400).unwrap();
+    let merged = tokenize::train_bpe_with(corpus.iter(), 400, false).unwrap();
+    let text = "What is 12 plus 963? It is 975.";
+    let n_digit_tokens = |tokenizer: &tokenize::Tokenizer| {
+        tokenize::encode(tokenizer, text)
+            .unwrap()
+            .iter()
+            .filter(|&&id| {
+                let piece = tokenize::decode(tokenizer, &[id]).unwrap();
+                piece.chars().any(|c| c.is_ascii_digit())
+            })
+            .count()
+    };
+    // Split: one token per digit (2 + 3 + 3); merged: "963" at least is one token.
+    assert_eq!(n_digit_tokens(&split), 8);
+    assert!(n_digit_tokens(&merged) <= 6, "{}", n_digit_tokens(&merged));
+    for tokenizer in [&split, &merged] {
+        let ids = tokenize::encode(tokenizer, text).unwrap();
+        assert_eq!(tokenize::decode(tokenizer, &ids).unwrap(), text);
+    }
+}
+
+#[test]
 fn tokenizer_errors_name_the_problem() {
     let err = tokenize::train_bpe(["abc"].iter(), 100).unwrap_err();
     expect!["tokenizer BPE training: vocab_size 100 is below 267 (the special tokens plus the 256 bytes)"]

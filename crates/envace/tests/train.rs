@@ -56,6 +56,7 @@ fn items() -> Vec<TrainItem> {
             tokens,
             labels,
             advantage: [0.5, -1.0, 0.25][row as usize],
+            start: 0,
         });
     }
     out

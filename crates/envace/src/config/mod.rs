@@ -186,6 +186,10 @@ pub struct TinyModelConfig {
     /// Share the input embedding with the output head.
     #[serde(default = "defaults::yes")]
     pub tie_embeddings: bool,
+    /// Tokenize every digit alone (as SmolLM2 does). Off, the trained BPE may merge digits, so a
+    /// number is one or a few tokens and copying it from the request takes fewer steps.
+    #[serde(default = "defaults::yes")]
+    pub split_digits: bool,
 }
 
 impl Default for TinyModelConfig {
@@ -201,6 +205,7 @@ impl Default for TinyModelConfig {
             max_position_embeddings: defaults::max_position_embeddings(),
             rope_theta: defaults::rope_theta(),
             tie_embeddings: true,
+            split_digits: true,
         }
     }
 }
@@ -314,6 +319,19 @@ pub enum ToolResponseMode {
     Mixed,
 }
 
+/// How much of the tools' descriptions the prompts carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolPrompt {
+    /// Every tool's JSON schema in the system turn (through the chat template) and the called
+    /// tool's schema in rehearse prompts: what pretrained models expect.
+    #[default]
+    Schemas,
+    /// One line of tool names instead of schemas: short prompts for tiny models trained from
+    /// scratch, which learn the tools from the oracle and cannot read schemas.
+    Names,
+}
+
 /// `[env]`: environments, tasks and tool responses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -355,6 +373,9 @@ pub struct EnvConfig {
     #[serde(default = "defaults::n_few_shot")]
     #[schemars(range(max = 16))]
     pub n_few_shot: u32,
+    /// Tool schemas or only tool names in the act and rehearse prompts.
+    #[serde(default)]
+    pub tool_prompt: ToolPrompt,
     /// The external simulator, required when `tool_response_mode = "external"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<EndpointConfig>,
@@ -373,6 +394,7 @@ impl Default for EnvConfig {
             tool_response_mode: ToolResponseMode::Rehearse,
             mix_ratio: defaults::mix_ratio(),
             n_few_shot: defaults::n_few_shot(),
+            tool_prompt: ToolPrompt::default(),
             external: None,
         }
     }
@@ -469,6 +491,12 @@ pub struct SftConfig {
     #[serde(default = "defaults::sft_min_lr_ratio")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub min_lr_ratio: f64,
+    /// With both roles trained, the fraction of each batch's sequences that are rehearse
+    /// samples (the rest are act samples). Unset, batches follow the samples' own mix (about
+    /// one rehearse sample per tool call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub rehearse_share: Option<f64>,
 }
 
 impl Default for SftConfig {
@@ -483,6 +511,7 @@ impl Default for SftConfig {
             roles: defaults::both_roles(),
             lr_schedule: LrSchedule::default(),
             min_lr_ratio: defaults::sft_min_lr_ratio(),
+            rehearse_share: None,
         }
     }
 }

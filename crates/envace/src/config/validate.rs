@@ -729,6 +729,14 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
             ),
         );
     }
+    if sft.rehearse_share.is_some()
+        && !(sft.roles.contains(&Role::Act) && sft.roles.contains(&Role::Rehearse))
+    {
+        issue(
+            "sft.rehearse_share",
+            "rehearse_share splits each batch between the roles, so sft.roles must list both \"act\" and \"rehearse\"".into(),
+        );
+    }
     if sft.enabled && model.source == ModelSource::Tiny && env.task_source == TaskSource::Tau2 {
         // Generated tasks carry oracle trajectories; τ²-bench tasks only gold actions.
         issue(

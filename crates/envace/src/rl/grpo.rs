@@ -470,7 +470,9 @@ pub fn train(
         session.writer.store_mut().write(&batch)?;
 
         // Advantages, then the loss over micro-batches with accumulated gradients.
-        let items = items_of(&episodes, &rl);
+        let mut items = items_of(&episodes, &rl);
+        // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
+        items.sort_by_key(|(item, _)| item.window(max_len).0.len());
         let refs: Vec<&TrainItem> = items.iter().map(|(item, _)| item).collect();
         let total: usize = refs
             .iter()

@@ -30,6 +30,10 @@ pub struct TrainItem {
     pub labels: Vec<Label>,
     /// The advantage every trained token of the sequence gets.
     pub advantage: f32,
+    /// Where the training window may start at the earliest: the first token the model saw when
+    /// it generated the sequence's first response (prompts are cut from the left at
+    /// `max_prompt_tokens`), so that training scores tokens in the context they were sampled in.
+    pub start: usize,
 }
 
 impl TrainItem {
@@ -40,12 +44,19 @@ impl TrainItem {
             tokens: sample.tokens.clone(),
             labels: sample.labels.clone(),
             advantage,
+            start: sample.windows.first().map_or(0, |w| w.context_start),
         }
     }
 
-    /// The last `max_len` tokens (left truncation), as the model is trained on them.
+    /// The tokens the model is trained on: the last `max_len` (left truncation), and none
+    /// before [`TrainItem::start`].
     pub fn window(&self, max_len: usize) -> (&[u32], &[Label]) {
-        let start = self.tokens.len().saturating_sub(max_len);
+        let start = self
+            .tokens
+            .len()
+            .saturating_sub(max_len)
+            .max(self.start)
+            .min(self.tokens.len());
         (&self.tokens[start..], &self.labels[start..])
     }
 
@@ -377,12 +388,14 @@ mod tests {
                 Label::Act,
             ],
             advantage: 0.5,
+            start: 0,
         };
         let rehearse = TrainItem {
             role: Role::Rehearse,
             tokens: vec![7, 8, 9],
             labels: vec![Label::Prompt, Label::Rehearse, Label::Rehearse],
             advantage: -1.0,
+            start: 0,
         };
         let batch = pad_batch(
             &[&item, &rehearse],
@@ -403,5 +416,14 @@ mod tests {
         let truncated = pad_batch(&[&item], 3, &[Role::Act], &Device::Cpu).expect("batch");
         // The window is tokens 4, 5, 6: targets 5 and 6 are both Act.
         assert_eq!(truncated.weight.to_vec2::<f32>().expect("w")[0], [1.0, 1.0]);
+        // A generation that saw the context from token 2 on: tokens 3.. only, even with room.
+        let cut = TrainItem { start: 2, ..item };
+        assert_eq!(cut.window(100).0, [3, 4, 5, 6]);
+        assert_eq!(cut.window(3).0, [4, 5, 6]);
+        let batch = pad_batch(&[&cut], 100, &[Role::Act], &Device::Cpu).expect("batch");
+        assert_eq!(
+            batch.weight.to_vec2::<f32>().expect("w")[0],
+            [0.0, 1.0, 1.0]
+        );
     }
 }

@@ -227,8 +227,11 @@ impl Session {
         let (policy, codec) = match config.model.source {
             ModelSource::Tiny => {
                 let corpus = tokenizer_corpus(sft_tasks, &sources)?;
-                let tokenizer =
-                    tokenize::train_bpe(corpus.into_iter(), config.model.tiny.vocab_size as usize)?;
+                let tokenizer = tokenize::train_bpe_with(
+                    corpus.into_iter(),
+                    config.model.tiny.vocab_size as usize,
+                    config.model.tiny.split_digits,
+                )?;
                 let cfg = TransformerConfig::from_tiny(&config.model.tiny)?;
                 let policy = Policy::init(cfg, config.run.seed, &device, dtype)?;
                 let codec = TokenCodec::new(tokenizer, ChatTemplate::chatml()?, &[STOP_TOKEN])?;

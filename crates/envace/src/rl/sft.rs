@@ -38,7 +38,8 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
     settings.mode = ResponseMode::Rehearse;
     settings.max_turns = settings.max_turns.max(64);
     settings.max_parallel_calls = settings.max_parallel_calls.max(16);
-    settings.max_prompt_tokens = usize::MAX / 4;
+    // Prompts are cut at `max_prompt_tokens` as in RL, so each sample's training window starts
+    // where the model's context would (the oracle itself reads no prompt).
     settings.max_response_tokens = usize::MAX / 4;
     settings.fidelity = true;
     let mut items = Vec::new();
@@ -106,6 +107,43 @@ fn batch_indices(seed: u64, step: u32, batch_size: usize, n_items: usize) -> Vec
     out
 }
 
+/// The items of step `step`'s batch. With `rehearse_share` set, `round(batch_size × share)` of
+/// them come from the rehearse samples and the rest from the act samples, each role through its
+/// own per-epoch shuffle; otherwise the batch is drawn from all samples alike.
+pub fn batch_items(
+    items: &[TrainItem],
+    seed: u64,
+    step: u32,
+    batch_size: usize,
+    rehearse_share: Option<f64>,
+) -> Vec<usize> {
+    let Some(share) = rehearse_share else {
+        return batch_indices(seed, step, batch_size, items.len());
+    };
+    let of_role = |role: Role| -> Vec<usize> {
+        (0..items.len())
+            .filter(|&i| items[i].role == role)
+            .collect()
+    };
+    let (act, rehearse) = (of_role(Role::Act), of_role(Role::Rehearse));
+    let mut n_rehearse = ((batch_size as f64) * share.clamp(0.0, 1.0)).round() as usize;
+    if rehearse.is_empty() {
+        n_rehearse = 0;
+    } else if act.is_empty() {
+        n_rehearse = batch_size;
+    }
+    let mut out: Vec<usize> = batch_indices(seed, step, batch_size - n_rehearse, act.len())
+        .into_iter()
+        .map(|i| act[i])
+        .collect();
+    out.extend(
+        batch_indices(seed ^ 0x5bd1_e995, step, n_rehearse, rehearse.len())
+            .into_iter()
+            .map(|i| rehearse[i]),
+    );
+    out
+}
+
 /// Runs the SFT phase from `session.next_step` to its end; returns [`Flow::Stop`] when
 /// stopped (after a checkpoint).
 pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hooks) -> Result<Flow> {
@@ -155,13 +193,16 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
             return Ok(Flow::Stop);
         }
         let step_started = Instant::now();
-        let picked = batch_indices(
+        let picked = batch_items(
+            &items,
             session.config.run.seed,
             step,
             sft.batch_size as usize,
-            items.len(),
+            sft.rehearse_share,
         );
-        let batch_items: Vec<&TrainItem> = picked.iter().map(|&i| &items[i]).collect();
+        let mut batch_items: Vec<&TrainItem> = picked.iter().map(|&i| &items[i]).collect();
+        // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
+        batch_items.sort_by_key(|item| item.window(max_len).0.len());
         let total: usize = batch_items
             .iter()
             .map(|i| i.n_trained(max_len, &roles))
@@ -278,6 +319,55 @@ mod tests {
         assert_ne!(
             batch_indices(3, 0, 10, n_items),
             batch_indices(4, 0, 10, n_items)
+        );
+    }
+
+    fn item(role: Role) -> TrainItem {
+        TrainItem {
+            role,
+            tokens: vec![1, 2],
+            labels: Vec::new(),
+            advantage: 1.0,
+            start: 0,
+        }
+    }
+
+    #[test]
+    fn rehearse_share_splits_every_batch() {
+        // Three act samples for each rehearse sample.
+        let items: Vec<TrainItem> = (0..40)
+            .map(|i| {
+                item(if i % 4 == 3 {
+                    Role::Rehearse
+                } else {
+                    Role::Act
+                })
+            })
+            .collect();
+        let mut rehearse_seen = Vec::new();
+        for step in 0..5 {
+            let picked = batch_items(&items, 9, step, 8, Some(0.5));
+            assert_eq!(picked.len(), 8);
+            let n_rehearse = picked
+                .iter()
+                .filter(|&&i| items[i].role == Role::Rehearse)
+                .count();
+            assert_eq!(n_rehearse, 4, "step {step}: {picked:?}");
+            rehearse_seen.extend(picked.into_iter().filter(|&i| i % 4 == 3));
+        }
+        // 20 rehearse draws over 10 rehearse samples: two whole epochs, each sample twice.
+        rehearse_seen.sort_unstable();
+        let expected: Vec<usize> = (0..10).flat_map(|k| [4 * k + 3, 4 * k + 3]).collect();
+        assert_eq!(rehearse_seen, expected);
+        // Unset: the plain shuffle of all samples.
+        assert_eq!(
+            batch_items(&items, 9, 2, 8, None),
+            batch_indices(9, 2, 8, items.len())
+        );
+        assert!(
+            batch_items(&items, 9, 0, 8, Some(0.0))
+                .iter()
+                .all(|&i| items[i].role == Role::Act)
         );
     }
 }

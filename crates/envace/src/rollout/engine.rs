@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::chat::{ChatTemplate, parse_tool_calls};
-use crate::config::{ExperimentConfig, Role, ToolResponseMode};
+use crate::config::{ExperimentConfig, Role, ToolPrompt, ToolResponseMode};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::fidelity;
@@ -401,6 +401,8 @@ pub struct RolloutSettings {
     pub seed: u64,
     /// A system message before the task's request.
     pub system_prompt: Option<String>,
+    /// Tool schemas or only tool names in the act and rehearse prompts.
+    pub tool_prompt: ToolPrompt,
 }
 
 impl RolloutSettings {
@@ -417,6 +419,7 @@ impl RolloutSettings {
             fidelity: true,
             seed: config.run.seed,
             system_prompt: None,
+            tool_prompt: config.env.tool_prompt,
         }
     }
 }
@@ -478,9 +481,17 @@ pub fn run_batch(
     }
     let mut lives = Vec::with_capacity(specs.len());
     for (idx, spec) in specs.into_iter().enumerate() {
-        let tools_json = spec.env.tool_schemas();
+        let (tools_json, tool_line) = match settings.tool_prompt {
+            ToolPrompt::Schemas => (spec.env.tool_schemas(), None),
+            ToolPrompt::Names => (Vec::new(), Some(tool_names_line(spec.env.tools()))),
+        };
+        let system = match (&settings.system_prompt, tool_line) {
+            (Some(system), Some(line)) => Some(format!("{system}\n\n{line}")),
+            (Some(system), None) => Some(system.clone()),
+            (None, line) => line,
+        };
         let mut messages = Vec::new();
-        if let Some(system) = &settings.system_prompt {
+        if let Some(system) = &system {
             messages.push(json!({"role": "system", "content": system}));
         }
         messages.push(json!({"role": "user", "content": spec.task.request}));
@@ -549,6 +560,12 @@ fn request_seed(
             ^ (call_idx as u64 + 1).wrapping_mul(0x8ebc_6af0_9c88_c6e3),
     );
     rng.next_u64()
+}
+
+/// The system line of `tool_prompt = "names"`: the tool names, comma-separated.
+fn tool_names_line(tools: &[crate::env::ToolSpec]) -> String {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    format!("Tools: {}", names.join(", "))
 }
 
 fn act_step(
@@ -729,6 +746,7 @@ fn plan_calls(
             conversation: conversation.clone(),
             caller_message: &text,
             call: call_under_test.clone(),
+            schemas: settings.tool_prompt == ToolPrompt::Schemas,
             max_conversation_chars: settings.max_conversation_chars,
         };
         match source {

@@ -964,6 +964,7 @@ fn tiny_config_builds_a_model() {
         max_position_embeddings: 128,
         rope_theta: 10_000.0,
         tie_embeddings: false,
+        split_digits: true,
     };
     let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
     assert_eq!(cfg.head_dim, 16);

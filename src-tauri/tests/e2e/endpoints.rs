@@ -30,6 +30,7 @@ fn tiny_model(dir: &Path) {
         max_position_embeddings: 512,
         rope_theta: 10_000.0,
         tie_embeddings: true,
+        split_digits: true,
     };
     let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
     Policy::init(cfg, 7, &Device::Cpu, DType::F32)

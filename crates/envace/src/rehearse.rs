@@ -288,6 +288,11 @@ impl ResponseCache {
         kept.truncate(self.capacity);
     }
 
+    /// How many examples of each tool are kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Up to `n` of the most recent examples of `tool`, newest first.
     pub fn examples(&self, tool: &str, n: usize) -> Vec<Example> {
         self.by_tool

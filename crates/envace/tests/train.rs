@@ -255,7 +255,13 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
         lr(2)
     );
     assert!(a.contains_key(&(4, "rl/reward".to_owned())));
-    assert!(a.contains_key(&(4, "rehearse/entropy".to_owned())));
+    assert!(a.contains_key(&(4, "act/entropy".to_owned())));
+    // `rehearse_share = 0.5`: every SFT batch trains both roles. (Whether a 3-step model makes
+    // tool calls in RL, and so rehearses there, is chance.)
+    for step in 0..3 {
+        assert!(a.contains_key(&(step, "sft/loss_act".to_owned())));
+        assert!(a.contains_key(&(step, "sft/loss_rehearse".to_owned())));
+    }
     assert_eq!(a, b);
     // Every step checkpointed at the interval, and the last one.
     let store = Store::open(&first).unwrap();

@@ -24,6 +24,7 @@ use std::time::Instant;
 use crate::config::Role;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
+use crate::rehearse::ResponseCache;
 use crate::rollout::{
     EpisodeSpec, OracleActor, RealRehearser, ResponseMode, RoleRouter, RolloutSettings, run_batch,
 };
@@ -42,6 +43,10 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
     // where the model's context would (the oracle itself reads no prompt).
     settings.max_response_tokens = usize::MAX / 4;
     settings.fidelity = true;
+    // The samples are built from an empty response cache, so that a job resumed during SFT
+    // rebuilds exactly the samples of the run it continues; the cache they leave is the
+    // session's (SFT does not change it otherwise).
+    let mut cache = ResponseCache::new(session.cache.capacity());
     let mut items = Vec::new();
     for chunk in tasks.chunks(64) {
         let specs = chunk
@@ -71,7 +76,7 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
             &mut router,
             None,
             session.judge.as_ref(),
-            &mut session.cache,
+            &mut cache,
         )?;
         for episode in episodes {
             for sample in &episode.samples {
@@ -79,6 +84,7 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
             }
         }
     }
+    session.cache = cache;
     Ok(items)
 }
 

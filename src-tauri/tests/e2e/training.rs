@@ -8,8 +8,9 @@ use serde_json::json;
 
 use super::{Studio, TAB};
 
-/// A job small enough for a debug build: functions domain (no data files), 3 SFT steps, then
-/// GRPO steps with rehearsed tool answers (stopped by the test long before the last one).
+/// A job small enough for a debug build: functions domain (no data files), 30 short SFT steps
+/// (enough for the model to open its answers with tool calls), then GRPO steps with rehearsed
+/// tool answers (stopped by the test long before the last one).
 pub const TINY: &str = r#"# A tiny job for the studio's end-to-end test.
 [run]
 name = "studio-tiny"
@@ -34,12 +35,13 @@ difficulty = 1
 max_turns = 2
 max_parallel_calls = 2
 tool_response_mode = "rehearse"
+tool_prompt = "names"
 
 [sft]
 enabled = true
-n_steps = 3
+n_steps = 30
 n_tasks = 12
-lr = 1e-3
+lr = 5e-3
 batch_size = 4
 micro_batch_size = 2
 

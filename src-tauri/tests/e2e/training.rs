@@ -140,7 +140,7 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     wait_state(
         &studio,
         "the first step",
-        "return /^[1-9]\\d* \\/ 43$/.test(document.getElementById('train-step').textContent)",
+        "return /^[1-9]\\d* \\/ 70$/.test(document.getElementById('train-step').textContent)",
     );
     wait_state(
         &studio,

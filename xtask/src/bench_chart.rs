@@ -13,7 +13,7 @@
 //! with the end-to-end tests' launcher.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
@@ -54,22 +54,15 @@ pub fn chart(root: &Path) -> Result<()> {
     let debug = target_dir(root).join("debug");
     let bin = debug.join("examples").join("chart_bench");
     eprintln!("xtask: $ {} (ours, then plain uPlot)", bin.display());
-    let out = Command::new(&bin)
+    let mut command = Command::new(&bin);
+    command
         .arg("--studio")
         .arg(debug.join("envace-studio"))
         .arg("--bundle")
         .arg(bundle_dir.join("chart-bench.js"))
         .args(["--points", "1000000", "--series", "3", "--windows", "20"])
-        .args(["--min-fraction", "0.01", "--rounds", "3", "--tries", "2"])
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
-    if !out.status.success() {
-        bail!("{} failed ({})", bin.display(), out.status);
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let measured: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .with_context(|| format!("the chart benchmark printed no JSON:\n{stdout}"))?;
+        .args(["--min-fraction", "0.01", "--rounds", "3", "--tries", "2"]);
+    let measured = crate::bench_runs::last_json_line(&mut command, &bin, "chart")?;
     let ours = &measured["ours"];
     let peer = &measured["peer"];
     let ratio = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {

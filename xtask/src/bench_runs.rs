@@ -57,9 +57,18 @@ pub fn rollout(root: &Path) -> Result<()> {
         .join("release")
         .join("examples")
         .join("rollout_bench");
-    let out = Command::new(&bin)
+    let mut command = Command::new(&bin);
+    command
         .args(["--episodes", "16"])
-        .env("RAYON_NUM_THREADS", threads())
+        .env("RAYON_NUM_THREADS", threads());
+    let result = last_json_line(&mut command, &bin, "rollout")?;
+    write_result(root, "rollout", &result)
+}
+
+/// Runs a benchmark binary (stderr passed through) and reads the JSON object on the last line
+/// of its stdout; `what` names the benchmark in errors.
+pub(crate) fn last_json_line(command: &mut Command, bin: &Path, what: &str) -> Result<Value> {
+    let out = command
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start {}", bin.display()))?;
@@ -67,9 +76,8 @@ pub fn rollout(root: &Path) -> Result<()> {
         bail!("{} failed ({})", bin.display(), out.status);
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let result: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .with_context(|| format!("the rollout benchmark printed no JSON:\n{stdout}"))?;
-    write_result(root, "rollout", &result)
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .with_context(|| format!("the {what} benchmark printed no JSON:\n{stdout}"))
 }
 
 /// Trains `config` into a fresh store and returns (wall secs, the run's eval rows).

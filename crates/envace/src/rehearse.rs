@@ -371,8 +371,7 @@ pub fn rehearse_messages(input: &RehearseInput<'_>) -> Vec<Value> {
             ));
         }
     } else {
-        let names: Vec<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
-        user.push_str(&names.join(", "));
+        user.push_str(&crate::env::tool_names(input.tools));
         user.push('\n');
     }
     if !input.examples.is_empty() {

@@ -128,6 +128,12 @@ pub struct ToolSpec {
     pub mutates_state: bool,
 }
 
+/// The tools' names, comma-separated: the tool list of `tool_prompt = "names"` prompts.
+pub fn tool_names(tools: &[ToolSpec]) -> String {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    names.join(", ")
+}
+
 impl ToolSpec {
     /// The tool in OpenAI function format: `{"type": "function", "function": {...}}`.
     pub fn openai_schema(&self) -> Value {

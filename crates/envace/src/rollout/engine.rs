@@ -483,7 +483,13 @@ pub fn run_batch(
     for (idx, spec) in specs.into_iter().enumerate() {
         let (tools_json, tool_line) = match settings.tool_prompt {
             ToolPrompt::Schemas => (spec.env.tool_schemas(), None),
-            ToolPrompt::Names => (Vec::new(), Some(tool_names_line(spec.env.tools()))),
+            ToolPrompt::Names => (
+                Vec::new(),
+                Some(format!(
+                    "Tools: {}",
+                    crate::env::tool_names(spec.env.tools())
+                )),
+            ),
         };
         let system = match (&settings.system_prompt, tool_line) {
             (Some(system), Some(line)) => Some(format!("{system}\n\n{line}")),
@@ -560,12 +566,6 @@ fn request_seed(
             ^ (call_idx as u64 + 1).wrapping_mul(0x8ebc_6af0_9c88_c6e3),
     );
     rng.next_u64()
-}
-
-/// The system line of `tool_prompt = "names"`: the tool names, comma-separated.
-fn tool_names_line(tools: &[crate::env::ToolSpec]) -> String {
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    format!("Tools: {}", names.join(", "))
 }
 
 fn act_step(

@@ -3,7 +3,7 @@
 // the per-tool × step heatmap of rehearsal fidelity drawn from the run's metrics.
 
 import { commands, type EvalSeries, type StudioError } from "./bindings";
-import { HEAT_SCORES, benchmarks, heatColor, heatGrid, latestBars, type SeriesStore } from "./chartData";
+import { HEAT_SCORES, benchmarks, budgetCurves, heatColor, heatGrid, isBudgetCategory, latestBars, type SeriesStore } from "./chartData";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
 
@@ -11,6 +11,8 @@ export class BenchmarkPanel {
   readonly element: HTMLElement;
   private readonly select = h("select", { id: "bench-select", "aria-label": "Benchmark" });
   private readonly chart: ChartPanel;
+  private readonly budget: ChartPanel;
+  private readonly budgetNote = h("div", { class: "chart-note", id: "budget-note" });
   private readonly bars = h("div", { id: "bench-bars", class: "bars" });
   private readonly note = h("div", { class: "chart-note" }, "No benchmark results yet.");
   private series: EvalSeries[] = [];
@@ -18,6 +20,12 @@ export class BenchmarkPanel {
 
   constructor(private readonly onError: (error: StudioError) => void) {
     this.chart = new ChartPanel("bench", "Benchmark scores by step", (what, detail) => onError({ what, detail, file: null, field: null }));
+    this.budget = new ChartPanel(
+      "budget",
+      "Test-time rehearsal: score vs imagined attempts",
+      (what, detail) => onError({ what, detail, file: null, field: null }),
+      "N",
+    );
     this.select.addEventListener("change", () => this.draw());
     this.element = h(
       "section",
@@ -25,6 +33,7 @@ export class BenchmarkPanel {
       h("div", { class: "chart-head" }, h("h3", {}, "Benchmarks"), h("label", {}, "Benchmark ", this.select)),
       this.note,
       h("div", { class: "bench-body" }, this.chart.element, h("div", { class: "chart" }, h("div", { class: "chart-head" }, h("h4", {}, "Latest values")), this.bars)),
+      h("div", { class: "bench-body" }, h("div", {}, this.budget.element, this.budgetNote)),
     );
   }
 
@@ -56,11 +65,16 @@ export class BenchmarkPanel {
     const chosen = names.includes(this.select.value) ? this.select.value : names[0] ?? "";
     this.select.replaceChildren(...names.map((name) => h("option", { value: name, selected: name === chosen }, name)));
     this.note.hidden = names.length > 0;
-    const shown = this.series.filter((s) => s.benchmark === chosen);
+    const shown = this.series.filter((s) => s.benchmark === chosen && !isBudgetCategory(s.category));
     this.chart.setSeries(
       shown.map((s) => ({ key: `${s.category}/${s.metric}`, steps: s.steps, values: s.values })),
       shown.map((s) => `${s.category}/${s.metric}`),
     );
+    const curves = budgetCurves(this.series, chosen);
+    this.budget.setSeries(curves?.curves ?? []);
+    this.budgetNote.textContent = curves
+      ? `After step ${curves.step}: each committed attempt follows N private imagined attempts, parallel (independent) or sequential (each sees the earlier ones); N = 0 is the plain evaluation.`
+      : "No rehearsal-budget results: set [rehearsal].budget_curve to evaluate them after the last step.";
     const bars = latestBars(this.series, chosen);
     const top = Math.max(1, ...bars.map((b) => b.value));
     this.bars.dataset.bars = String(bars.length);

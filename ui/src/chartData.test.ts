@@ -1,7 +1,7 @@
 // Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
-import { CHARTS, SeriesStore, align, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, type Aligned } from "./chartData";
+import { CHARTS, SeriesStore, align, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, budgetCurves, type Aligned } from "./chartData";
 
 const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
 
@@ -186,6 +186,32 @@ describe("benchmark results", () => {
     expect(benchmarks(series)).toEqual(["bfcl", "tau2_retail"]);
     expect(latestBars(series, "bfcl")).toEqual([{ label: "simple/accuracy", value: 0.6, step: 4 }]);
     expect(latestBars(series, "tau2_retail")).toEqual([{ label: "all/pass^1", value: 0.3, step: 4 }]);
+  });
+});
+
+describe("rehearsal-budget curves", () => {
+  const g = "generated_test";
+  const series = [
+    { benchmark: g, category: "all", metric: "success", steps: [10, 20], values: [0.1, 0.3] },
+    { benchmark: g, category: "all", metric: "score", steps: [10, 20], values: [0.2, 0.4] },
+    { benchmark: g, category: "rehearsal/parallel/4", metric: "success", steps: [10, 20], values: [0.0, 0.5] },
+    { benchmark: g, category: "rehearsal/parallel/1", metric: "success", steps: [20], values: [0.35] },
+    { benchmark: g, category: "rehearsal/sequential/2", metric: "success", steps: [20], values: [0.25] },
+    { benchmark: g, category: "rehearsal/sequential/3", metric: "success", steps: [10], values: [0.9] },
+    { benchmark: "bfcl", category: "rehearsal/parallel/8", metric: "accuracy", steps: [30], values: [1] },
+  ];
+  it("draws each style's score against N at the latest step, starting from the plain evaluation", () => {
+    expect(budgetCurves(series, g)).toEqual({
+      step: 20,
+      curves: [
+        { key: "parallel/success", steps: [0, 1, 4], values: [0.3, 0.35, 0.5] },
+        { key: "sequential/success", steps: [0, 2], values: [0.3, 0.25] },
+      ],
+    });
+  });
+  it("has no curves without budget points, and keeps them out of the latest-value bars", () => {
+    expect(budgetCurves(series.slice(0, 2), g)).toBeNull();
+    expect(latestBars(series, g).map((b) => b.label)).toEqual(["all/success", "all/score"]);
   });
 });
 

@@ -333,11 +333,62 @@ export function benchmarks(series: readonly EvalLike[]): string[] {
 export function latestBars(series: readonly EvalLike[], benchmark: string): Bar[] {
   const bars: Bar[] = [];
   for (const s of series) {
-    if (s.benchmark !== benchmark) continue;
+    if (s.benchmark !== benchmark || isBudgetCategory(s.category)) continue;
     const last = lastValue({ key: "", steps: s.steps, values: s.values });
     if (last) bars.push({ label: `${s.category}/${s.metric}`, value: last.value, step: last.step });
   }
   return bars;
+}
+
+/** The category of a rehearsal-budget point: `rehearsal/<style>/<N>`. */
+const CURVE_CATEGORY = /^rehearsal\/(parallel|sequential)\/(\d+)$/;
+
+/** Whether a benchmark category is a rehearsal-budget point (drawn by budget, not by step). */
+export function isBudgetCategory(category: string): boolean {
+  return CURVE_CATEGORY.test(category);
+}
+
+/** The rehearsal-budget curves of one benchmark at one evaluated step. */
+export interface BudgetCurves {
+  /** The step evaluated: the latest one with budget points. */
+  step: number;
+  /** `<style>/<metric>` curves over the budget N; N = 0 is the plain evaluation (`all`). */
+  curves: Series[];
+}
+
+/**
+ * Score against the number of imagined attempts, one curve per style (parallel, sequential)
+ * and metric, at the latest step of `benchmark` that has budget points; each curve starts at
+ * N = 0 with the plain evaluation of that step when there is one. Null when there are none.
+ */
+export function budgetCurves(series: readonly EvalLike[], benchmark: string): BudgetCurves | null {
+  const valueAt = (s: EvalLike, step: number): number | null => {
+    for (let i = s.steps.length - 1; i >= 0; i--) if (s.steps[i] === step) return s.values[i] ?? null;
+    return null;
+  };
+  const points = series.filter((s) => s.benchmark === benchmark && isBudgetCategory(s.category));
+  const step = Math.max(-Infinity, ...points.flatMap((s) => s.steps));
+  if (!Number.isFinite(step)) return null;
+  const byKey = new Map<string, Map<number, number | null>>();
+  for (const s of points) {
+    const match = CURVE_CATEGORY.exec(s.category);
+    if (!match || !s.steps.includes(step)) continue;
+    const key = `${match[1]}/${s.metric}`;
+    const curve = byKey.get(key) ?? new Map<number, number | null>();
+    curve.set(Number(match[2]), valueAt(s, step));
+    byKey.set(key, curve);
+  }
+  const curves: Series[] = [];
+  for (const key of [...byKey.keys()].sort()) {
+    const curve = byKey.get(key) ?? new Map<number, number | null>();
+    const metric = key.slice(key.indexOf("/") + 1);
+    const plain = series.find((s) => s.benchmark === benchmark && s.category === "all" && s.metric === metric);
+    const zero = plain ? valueAt(plain, step) : null;
+    if (zero !== null) curve.set(0, zero);
+    const ns = [...curve.keys()].sort((a, b) => a - b);
+    curves.push({ key, steps: ns, values: ns.map((n) => curve.get(n) ?? null) });
+  }
+  return { step, curves };
 }
 
 /** Per-tool fidelity over steps, as the heatmap draws it. */

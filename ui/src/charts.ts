@@ -30,6 +30,7 @@ export class ChartPanel {
     readonly id: string,
     readonly title: string,
     private readonly onError: (what: string, detail: string) => void = () => {},
+    private readonly xLabel = "step",
   ) {
     this.element = h(
       "section",
@@ -112,7 +113,7 @@ export class ChartPanel {
         },
       },
       series: [
-        { label: "step", value: (_u, v) => (v === null || v === undefined ? "–" : String(v)) },
+        { label: this.xLabel, value: (_u, v) => (v === null || v === undefined ? "–" : String(v)) },
         ...this.labels.map((label, i) => ({
           label,
           stroke: PALETTE[i % PALETTE.length],
@@ -125,7 +126,7 @@ export class ChartPanel {
           value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? "–" : Number(v.toPrecision(4)).toString()),
         })),
       ],
-      axes: [{ label: "step", size: 36, incrs: STEP_INCRS }, { size: 56 }],
+      axes: [{ label: this.xLabel, size: 36, incrs: STEP_INCRS }, { size: 56 }],
       cursor: {
         drag: { x: true, y: false, setScale: true },
         bind: { dblclick: () => () => null },

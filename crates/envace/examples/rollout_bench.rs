@@ -140,6 +140,7 @@ fn specs(tasks: &[Arc<GenTask>], session: &Session) -> envace::Result<Vec<Episod
                 task: task.clone(),
                 env: tasks::fresh_env(task.domain, &session.sources)?,
                 group: task.id.clone(),
+                memory: None,
             })
         })
         .collect()

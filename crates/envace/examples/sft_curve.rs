@@ -6,7 +6,8 @@
 //! default). Environment: `STEPS` (600), `EVERY` (150), `LR` (`[sft].lr`), `BS`
 //! (`[sft].batch_size`), `NTASKS` (`[sft].n_tasks`), `COSINE=true` (cosine decay), `SHOW=1`
 //! (print six evaluated episodes turn by turn), `DUMP=N` (print
-//! the first N training windows), `ACT_ONLY=true` (train the Act role only).
+//! the first N training windows), `ACT_ONLY=true` (train the Act role only). Each evaluation
+//! also prints the tasks solved per task family.
 //! `SHARE` (`[sft].rehearse_share`). Batches come from `sft::batch_items`; `MB` micro-batch size (8).
 use envace::config::LrSchedule;
 use envace::config::{self, Role, TaskSplit};
@@ -140,6 +141,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 te.elapsed().as_secs_f64(),
                 t0.elapsed().as_secs_f64()
             );
+            let mut by_family: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+            for (task, episode) in test.iter().zip(&episodes) {
+                let entry = by_family.entry(task.family).or_default();
+                entry.1 += 1;
+                entry.0 += u32::from(episode.reward.is_some_and(|r| r >= 1.0 - 1e-9));
+            }
+            let line: Vec<String> = by_family
+                .iter()
+                .map(|(family, (ok, n))| format!("{family} {ok}/{n}"))
+                .collect();
+            println!("  solved by family: {}", line.join(", "));
         }
     }
     Ok(())

@@ -363,6 +363,14 @@ pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOut
         if grpo::train(&mut session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
             return Ok(JobOutcome::Stopped);
         }
+        if !config.rehearsal.budget_curve.is_empty() && !test_tasks.is_empty() {
+            let last_step = session.next_step;
+            if crate::eval::rehearsal::budget_curve(&mut session, &test_tasks, last_step, hooks)?
+                == Flow::Stop
+            {
+                return Ok(JobOutcome::Stopped);
+            }
+        }
     }
     session.writer.flush()?;
     Ok(JobOutcome::Finished)

@@ -9,6 +9,7 @@ pub mod config;
 pub mod controller;
 pub mod env;
 pub mod error;
+pub mod eval;
 pub mod fidelity;
 pub mod fsutil;
 pub mod judge;

@@ -90,6 +90,7 @@ fn specs(tasks: &[Arc<GenTask>]) -> Vec<EpisodeSpec> {
             task: t.clone(),
             env: tasks::fresh_env(t.domain, &no_sources()).unwrap(),
             group: t.id.clone(),
+            memory: None,
         })
         .collect()
 }

@@ -96,6 +96,7 @@ fn specs(tasks: &[Arc<GenTask>]) -> Vec<EpisodeSpec> {
             task: task.clone(),
             env: tasks::fresh_env(task.domain, sources()).unwrap(),
             group: task.id.clone(),
+            memory: None,
         })
         .collect()
 }

@@ -317,3 +317,52 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
     let episodes = store.view().trajectories(run).unwrap();
     assert_eq!(episodes.len(), 2 * 4, "2 RL steps × 2 prompts × 2 episodes");
 }
+
+#[test]
+fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
+    let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    config.sft.n_steps = 1;
+    config.rl.n_steps = 1;
+    config.rl.warmup_steps = 0;
+    config.rehearsal.budget_curve = vec![1, 2];
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("runs.sqlite");
+    let events = run_job(&config, &store_path);
+    let store = Store::open(&store_path).unwrap();
+    let run = store.view().runs().unwrap()[0].id;
+    let mut curve: Vec<(u64, String, String, u64)> = store
+        .view()
+        .eval_results(run)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.category.starts_with("rehearsal/"))
+        .map(|r| {
+            assert!((0.0..=1.0).contains(&r.value), "{r:?}");
+            (r.step, r.category, r.metric, r.n_tasks)
+        })
+        .collect();
+    curve.sort();
+    let expected: Vec<(u64, String, String, u64)> =
+        ["parallel/1", "parallel/2", "sequential/1", "sequential/2"]
+            .iter()
+            .flat_map(|c| {
+                ["score", "success"].map(|m| (2, format!("rehearsal/{c}"), m.to_owned(), 2))
+            })
+            .collect();
+    assert_eq!(
+        curve, expected,
+        "after the last step (2), on the 2 held-out tasks"
+    );
+    let announced: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Eval {
+                step: 2, metrics, ..
+            } => Some(metrics.keys().cloned().collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|k| k.starts_with("rehearsal/"))
+        .collect();
+    assert_eq!(announced.len(), 8, "{announced:?}");
+}

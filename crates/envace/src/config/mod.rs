@@ -695,14 +695,18 @@ pub enum RehearsalMode {
     Sequential,
 }
 
-/// `[rehearsal]`: private rehearsal at test time.
+/// `[rehearsal]`: private rehearsal at test time. Before its one committed attempt at a
+/// held-out task the policy rehearses imagined attempts (it acts and plays the tools itself;
+/// nothing is executed), condenses them into a memory, and then acts for real with that
+/// memory after the request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RehearsalConfig {
-    /// Off, parallel or sequential.
+    /// How held-out evaluations rehearse: off (act directly), parallel or sequential. (The
+    /// held-out generated tasks rehearse; the benchmark runners are not built yet.)
     #[serde(default)]
     pub mode: RehearsalMode,
-    /// Imagined attempts before each committed action.
+    /// Imagined attempts before the committed attempt at a task.
     #[serde(default = "defaults::rehearsal_budget")]
     #[schemars(range(min = 1, max = 64))]
     pub budget: u32,
@@ -710,6 +714,12 @@ pub struct RehearsalConfig {
     #[serde(default = "defaults::max_memory_tokens")]
     #[schemars(range(min = 16))]
     pub max_memory_tokens: u32,
+    /// Budgets of the rehearsal-budget curves: after the last step the held-out tasks are
+    /// evaluated once per budget and style (parallel and sequential), next to the plain
+    /// evaluation (budget 0). Empty: no curves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("uniqueItems" = true))]
+    pub budget_curve: Vec<u32>,
 }
 
 impl Default for RehearsalConfig {
@@ -718,6 +728,7 @@ impl Default for RehearsalConfig {
             mode: RehearsalMode::Off,
             budget: defaults::rehearsal_budget(),
             max_memory_tokens: defaults::max_memory_tokens(),
+            budget_curve: Vec::new(),
         }
     }
 }

@@ -811,6 +811,14 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
             }
         }
     }
+    for (idx, &n) in config.rehearsal.budget_curve.iter().enumerate() {
+        if !(1..=64).contains(&n) {
+            issue(
+                &format!("rehearsal.budget_curve[{idx}]"),
+                format!("a rehearsal budget is 1 to 64 imagined attempts per task, not {n}"),
+            );
+        }
+    }
     issues
 }
 

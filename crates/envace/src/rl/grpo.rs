@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
-use crate::config::{AdvantageBaseline, KlType, RlConfig, Role};
+use crate::config::{AdvantageBaseline, KlType, RehearsalMode, RlConfig, Role};
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
 use crate::fidelity::{self, Scores};
@@ -259,7 +259,7 @@ pub fn role_metrics(items: &[(TrainItem, f64)], sums: &[RoleSums]) -> BTreeMap<S
 }
 
 /// The rollout settings of step `step`: the experiment's, with a seed derived from the step.
-fn step_settings(session: &Session, step: u32) -> RolloutSettings {
+pub(crate) fn step_settings(session: &Session, step: u32) -> RolloutSettings {
     let mut settings = RolloutSettings::from_config(&session.config);
     settings.seed = session
         .config
@@ -286,27 +286,70 @@ pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Res
     Ok(eval_summary(&evaluation_episodes(session, tasks, step)?))
 }
 
-/// The episodes of a held-out evaluation (greedy, real environment), in task order.
+/// The episodes of a held-out evaluation (greedy, real environment), in task order. With
+/// `[rehearsal].mode` on, each committed attempt follows the policy's private rehearsal of the
+/// task (`eval::rehearsal`).
 pub fn evaluation_episodes(
     session: &mut Session,
     tasks: &[Arc<GenTask>],
     step: u32,
 ) -> Result<Vec<EpisodeRecord>> {
+    let rehearsal = &session.config.rehearsal;
+    match rehearsal.mode {
+        RehearsalMode::Off => committed_episodes(session, tasks, step, None),
+        style => {
+            let budget = rehearsal.budget as usize;
+            crate::eval::rehearsal::rehearsed_episodes(session, tasks, step, style, budget)
+        }
+    }
+}
+
+/// The committed (greedy, real-environment) attempts at `tasks`, each with its rehearsal
+/// memory when `memories` is given (one per task).
+pub fn committed_episodes(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    memories: Option<&[String]>,
+) -> Result<Vec<EpisodeRecord>> {
     let mut settings = step_settings(session, step);
     settings.mode = ResponseMode::Real;
     settings.fidelity = false;
+    episodes_of(session, tasks, 1, &settings, Sampling::greedy(), memories)
+}
+
+/// `copies` episodes of each task (task-major, 32 episodes per batch at most), each with its
+/// task's memory when `memories` is given (one per task); few-shot examples come from a copy
+/// of the session's cache, which the episodes do not change.
+pub(crate) fn episodes_of(
+    session: &Session,
+    tasks: &[Arc<GenTask>],
+    copies: usize,
+    settings: &RolloutSettings,
+    sampling: Sampling,
+    memories: Option<&[String]>,
+) -> Result<Vec<EpisodeRecord>> {
+    let copies = copies.max(1);
     let mut generator = PolicyGenerator {
         policy: session.policy.clone(),
-        sampling: Sampling::greedy(),
-        max_batch: 16,
+        sampling,
+        max_batch: 32,
     };
-    let mut episodes = Vec::with_capacity(tasks.len());
-    for chunk in tasks.chunks(16) {
-        let specs = episode_specs(session, chunk, 1)?;
+    let tasks_per_batch = (16 / copies).max(1);
+    let mut episodes = Vec::with_capacity(tasks.len() * copies);
+    for (chunk_idx, chunk) in tasks.chunks(tasks_per_batch).enumerate() {
+        let mut specs = episode_specs(session, chunk, copies)?;
+        if let Some(memories) = memories {
+            for (offset, spec) in specs.iter_mut().enumerate() {
+                spec.memory = memories
+                    .get(chunk_idx * tasks_per_batch + offset / copies)
+                    .cloned();
+            }
+        }
         let mut cache = session.cache.clone();
         episodes.extend(run_batch(
             specs,
-            &settings,
+            settings,
             &session.codec,
             &mut generator,
             None,
@@ -326,7 +369,7 @@ pub fn eval_summary(episodes: &[EpisodeRecord]) -> (f64, f64) {
     (mean, success)
 }
 
-fn episode_specs(
+pub(crate) fn episode_specs(
     session: &Session,
     tasks: &[Arc<GenTask>],
     group_size: usize,
@@ -338,6 +381,7 @@ fn episode_specs(
                 task: task.clone(),
                 env: tasks::fresh_env(task.domain, &session.sources)?,
                 group: task.id.clone(),
+                memory: None,
             });
         }
     }

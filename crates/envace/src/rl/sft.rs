@@ -56,6 +56,7 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
                     task: task.clone(),
                     env: tasks::fresh_env(task.domain, &session.sources)?,
                     group: task.id.clone(),
+                    memory: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -433,6 +433,8 @@ pub struct EpisodeSpec {
     pub env: Box<dyn Environment>,
     /// The prompt group (GRPO baselines are per group); usually the task id.
     pub group: String,
+    /// A test-time rehearsal memory, shown to the agent after the task's request.
+    pub memory: Option<String>,
 }
 
 struct Live {
@@ -500,7 +502,11 @@ pub fn run_batch(
         if let Some(system) = &system {
             messages.push(json!({"role": "system", "content": system}));
         }
-        messages.push(json!({"role": "user", "content": spec.task.request}));
+        let request = match &spec.memory {
+            Some(memory) => format!("{}\n\n{memory}", spec.task.request),
+            None => spec.task.request.clone(),
+        };
+        messages.push(json!({"role": "user", "content": request}));
         let prompt = codec.encode(&codec.render(&messages, &tools_json, true)?)?;
         let mut act = Sample::new(Role::Act);
         act.push(&prompt, Label::Prompt);

@@ -1,0 +1,315 @@
+//! Test-time private rehearsal (DESIGN.md §1): before its one committed attempt at a held-out
+//! task the policy rehearses imagined attempts, condenses them into a memory, and acts for real
+//! with that memory after the request; and the rehearsal-budget curves (score against the
+//! number of imagined attempts, parallel against sequential).
+//!
+//! An imagined attempt is a whole episode in rehearse mode: the policy acts and answers its
+//! own tool calls, sampled at `[rl].temperature` and `top_p`; nothing touches the real
+//! environment (no fidelity replay either, so nothing real leaks into the memory). *Parallel*
+//! attempts are independent; *sequential* attempt k sees the memory of attempts 1..k−1. The
+//! committed attempt is greedy against the real environment, like the plain evaluation.
+//!
+//! How it departs from the paper: attempts are rehearsed once per task, before the episode,
+//! not before every committed action; the memory is a plain-text list of each attempt's calls,
+//! rehearsed responses and answer, cut to `[rehearsal].max_memory_tokens`, not a summary the
+//! model writes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::RehearsalMode;
+use crate::controller::{Event, Flow, Hooks};
+use crate::error::Result;
+use crate::model::Sampling;
+use crate::rl::grpo::{committed_episodes, episodes_of, eval_summary, step_settings};
+use crate::rl::session::Session;
+use crate::rollout::{EndReason, EpisodeRecord, ResponseMode};
+use crate::store::{Batch, EvalRow, now_secs};
+use crate::tasks::GenTask;
+
+/// The eval_results category of a budget-curve point, e.g. `rehearsal/parallel/4`.
+pub fn curve_category(style: RehearsalMode, budget: usize) -> String {
+    let style = match style {
+        RehearsalMode::Off => "off",
+        RehearsalMode::Parallel => "parallel",
+        RehearsalMode::Sequential => "sequential",
+    };
+    format!("rehearsal/{style}/{budget}")
+}
+
+/// Longest answer text kept per attempt in a memory, in characters.
+const MAX_ANSWER_CHARS: usize = 240;
+
+/// The memory line of one imagined attempt: each call with its rehearsed response, then the
+/// answer or why the attempt ended.
+pub fn attempt_line(attempt_idx: usize, episode: &EpisodeRecord) -> String {
+    let mut parts = Vec::new();
+    for turn in &episode.turns {
+        for call in &turn.calls {
+            let call_text = match (&call.name, &call.arguments) {
+                (Some(name), Some(arguments)) => format!("{name} {arguments}"),
+                _ => format!(
+                    "malformed call {:?}",
+                    call.raw.as_deref().unwrap_or_default()
+                ),
+            };
+            parts.push(format!("{call_text} -> {}", call.response));
+        }
+    }
+    match &episode.end {
+        EndReason::FinalAnswer => {
+            let answer = episode.turns.last().map_or("", |t| t.text.trim());
+            let answer: String = answer.chars().take(MAX_ANSWER_CHARS).collect();
+            parts.push(format!("answer: {answer:?}"));
+        }
+        EndReason::MaxTurns => parts.push("no answer within the turn limit".to_owned()),
+        EndReason::ErrorToolCall { code } => parts.push(format!("ended by {code}")),
+        EndReason::TemplateNotIncremental => parts.push("ended: template".to_owned()),
+        EndReason::Fault { reason } => parts.push(format!("ended: {reason}")),
+    }
+    format!("Attempt {}: {}", attempt_idx + 1, parts.join("; "))
+}
+
+/// The memory shown to the committed attempt (or the next sequential one): a header and one
+/// line per imagined attempt, cut to `max_tokens` tokens of the policy's tokenizer.
+pub fn memory_of(
+    attempts: &[&EpisodeRecord],
+    session: &Session,
+    max_tokens: usize,
+) -> Result<String> {
+    let mut text = String::from("Private rehearsal (imagined attempts; nothing was executed):");
+    for (idx, episode) in attempts.iter().enumerate() {
+        text.push('\n');
+        text.push_str(&attempt_line(idx, episode));
+    }
+    let ids = session.codec.encode(&text)?;
+    if ids.len() <= max_tokens {
+        return Ok(text);
+    }
+    session.codec.decode(&ids[..max_tokens])
+}
+
+/// One imagined attempt at each task (`copies` per task, side by side), each with its memory
+/// when given; `attempt_idx` varies the sampling seed. Episodes come back task-major.
+fn imagined_episodes(
+    session: &Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    attempt_idx: usize,
+    copies: usize,
+    memories: Option<&[String]>,
+) -> Result<Vec<EpisodeRecord>> {
+    let mut settings = step_settings(session, step);
+    settings.mode = ResponseMode::Rehearse;
+    settings.fidelity = false;
+    settings.seed = settings
+        .seed
+        .wrapping_add((attempt_idx as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03));
+    let sampling = Sampling {
+        temperature: session.config.rl.temperature,
+        top_p: session.config.rl.top_p,
+        top_k: 0,
+        seed: 0,
+    };
+    episodes_of(session, tasks, copies, &settings, sampling, memories)
+}
+
+/// The imagined attempts at each task (outer: tasks in order; inner: attempts in order),
+/// `budget` of them rehearsed in `style`; none when `Off`.
+pub fn imagined_attempts(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    style: RehearsalMode,
+    budget: usize,
+) -> Result<Vec<Vec<EpisodeRecord>>> {
+    let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
+    let mut attempts: Vec<Vec<EpisodeRecord>> = tasks.iter().map(|_| Vec::new()).collect();
+    match style {
+        RehearsalMode::Off => {}
+        RehearsalMode::Parallel if budget > 0 => {
+            let episodes = imagined_episodes(session, tasks, step, 0, budget, None)?;
+            for (idx, episode) in episodes.into_iter().enumerate() {
+                attempts[idx / budget].push(episode);
+            }
+        }
+        RehearsalMode::Parallel => {}
+        RehearsalMode::Sequential => {
+            for attempt_idx in 0..budget {
+                let memories = memories(&attempts, session, max_tokens)?;
+                let memories = (attempt_idx > 0).then_some(memories.as_slice());
+                let episodes = imagined_episodes(session, tasks, step, attempt_idx, 1, memories)?;
+                for (task_attempts, episode) in attempts.iter_mut().zip(episodes) {
+                    task_attempts.push(episode);
+                }
+            }
+        }
+    }
+    Ok(attempts)
+}
+
+/// The committed attempts at `tasks` after `budget` imagined attempts each, rehearsed in
+/// `style` (parallel or sequential); `Off` or a budget of 0 gives the plain evaluation.
+pub fn rehearsed_episodes(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    style: RehearsalMode,
+    budget: usize,
+) -> Result<Vec<EpisodeRecord>> {
+    if style == RehearsalMode::Off || budget == 0 {
+        return committed_episodes(session, tasks, step, None);
+    }
+    let attempts = imagined_attempts(session, tasks, step, style, budget)?;
+    let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
+    let memories = memories(&attempts, session, max_tokens)?;
+    committed_episodes(session, tasks, step, Some(&memories))
+}
+
+fn memories(
+    attempts: &[Vec<EpisodeRecord>],
+    session: &Session,
+    max_tokens: usize,
+) -> Result<Vec<String>> {
+    attempts
+        .iter()
+        .map(|a| memory_of(&a.iter().collect::<Vec<_>>(), session, max_tokens))
+        .collect()
+}
+
+/// The rehearsal-budget curves after step `step`: for each style (parallel, sequential) and
+/// each budget of `[rehearsal].budget_curve`, the held-out score and success rate of the
+/// committed attempts, stored in `eval_results` under category `rehearsal/<style>/<N>` of
+/// `generated_test` and reported as `Eval` events. Stops between points when asked to.
+pub fn budget_curve(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    hooks: &mut dyn Hooks,
+) -> Result<Flow> {
+    let budgets = session.config.rehearsal.budget_curve.clone();
+    for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
+        for &budget in &budgets {
+            if hooks.poll() == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+            let category = curve_category(style, budget as usize);
+            hooks.emit(Event::Log {
+                level: "info".to_owned(),
+                message: format!(
+                    "test-time rehearsal: {budget} imagined attempt(s) per task, {} tasks ({category})",
+                    tasks.len()
+                ),
+            });
+            let episodes = rehearsed_episodes(session, tasks, step, style, budget as usize)?;
+            let (mean, success) = eval_summary(&episodes);
+            let mut batch = Batch::new(session.run);
+            for (metric, value) in [("score", mean), ("success", success)] {
+                batch.evals.push(EvalRow {
+                    step: u64::from(step),
+                    benchmark: "generated_test".to_owned(),
+                    category: category.clone(),
+                    metric: metric.to_owned(),
+                    value,
+                    n_tasks: tasks.len() as u64,
+                    wall_time: now_secs(),
+                });
+            }
+            session.writer.flush()?;
+            session.writer.store_mut().write(&batch)?;
+            hooks.emit(Event::Eval {
+                step,
+                benchmark: "generated_test".to_owned(),
+                n_tasks: tasks.len(),
+                metrics: BTreeMap::from([
+                    (format!("{category}/score"), mean),
+                    (format!("{category}/success"), success),
+                ]),
+            });
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::{CallRecord, ResponseSource, TurnRecord};
+    use expect_test::expect;
+    use serde_json::json;
+
+    fn call(call_idx: usize, name: Option<&str>, response: serde_json::Value) -> CallRecord {
+        CallRecord {
+            call_idx,
+            name: name.map(str::to_owned),
+            arguments: name.map(|_| json!({"a": 3, "b": 4})),
+            raw: name.is_none().then(|| "{\"name\": add".to_owned()),
+            source: ResponseSource::Rehearse,
+            response,
+            simulator_text: None,
+            real: None,
+            scores: None,
+        }
+    }
+
+    fn episode(turns: Vec<TurnRecord>, end: EndReason) -> EpisodeRecord {
+        EpisodeRecord {
+            episode_idx: 0,
+            task_id: "t".to_owned(),
+            group: "t".to_owned(),
+            mode: "rehearse".to_owned(),
+            messages: Vec::new(),
+            turns,
+            samples: Vec::new(),
+            end,
+            reward: Some(0.0),
+            mask_reason: None,
+            judge: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn an_attempt_line_lists_calls_with_rehearsed_responses_then_the_outcome() {
+        let answered = episode(
+            vec![
+                TurnRecord {
+                    turn_idx: 0,
+                    text: "<tool_call>…</tool_call>".to_owned(),
+                    finished: true,
+                    calls: vec![
+                        call(0, Some("add"), json!({"result": 7})),
+                        call(1, None, json!({"error": "INVALID_TOOL_CALL_FORMAT"})),
+                    ],
+                },
+                TurnRecord {
+                    turn_idx: 1,
+                    text: " The sum is 7.\n".to_owned(),
+                    finished: true,
+                    calls: Vec::new(),
+                },
+            ],
+            EndReason::FinalAnswer,
+        );
+        expect![[r#"Attempt 1: add {"a":3,"b":4} -> {"result":7}; malformed call "{\"name\": add" -> {"error":"INVALID_TOOL_CALL_FORMAT"}; answer: "The sum is 7.""#]]
+            .assert_eq(&attempt_line(0, &answered));
+        let cut = episode(
+            Vec::new(),
+            EndReason::ErrorToolCall {
+                code: "ERROR_TOOL_CALL".to_owned(),
+            },
+        );
+        expect![[r#"Attempt 3: ended by ERROR_TOOL_CALL"#]].assert_eq(&attempt_line(2, &cut));
+    }
+
+    #[test]
+    fn curve_categories_name_style_and_budget() {
+        assert_eq!(
+            curve_category(RehearsalMode::Parallel, 4),
+            "rehearsal/parallel/4"
+        );
+        assert_eq!(
+            curve_category(RehearsalMode::Sequential, 1),
+            "rehearsal/sequential/1"
+        );
+    }
+}

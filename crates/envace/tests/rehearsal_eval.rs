@@ -1,0 +1,123 @@
+//! Test-time private rehearsal on a real (untrained, tiny) policy: imagined attempts run in
+//! rehearse mode with nothing real in them, sequential attempts see the earlier ones, and the
+//! committed attempt acts on the real environment with the memory after the request, cut to
+//! `max_memory_tokens`.
+#![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
+
+use std::sync::Arc;
+
+use envace::config::{self, RehearsalMode, TaskSplit};
+use envace::eval::rehearsal::{imagined_attempts, rehearsed_episodes};
+use envace::rl::grpo::committed_episodes;
+use envace::rl::session::{Session, load_sources, task_pool};
+use envace::rollout::EpisodeRecord;
+use envace::store::{RunWriter, Store};
+use envace::tasks::GenTask;
+
+const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
+
+fn session(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<Arc<GenTask>>) {
+    let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    config.rehearsal.max_memory_tokens = max_memory_tokens;
+    let store = Store::open(&dir.join("runs.sqlite")).unwrap();
+    let run = store.create_run("rehearsal", TINY_JOB).unwrap();
+    let writer = RunWriter::new(store, run, 64);
+    let sources = load_sources(&config).unwrap();
+    let train = task_pool(&config, &sources, TaskSplit::Train, 12, 7).unwrap();
+    let test = task_pool(&config, &sources, TaskSplit::Test, 3, 9).unwrap();
+    (
+        Session::create(config, run, writer, &train, sources).unwrap(),
+        test,
+    )
+}
+
+/// The acting conversation's user message.
+fn request(episode: &EpisodeRecord) -> &str {
+    &episode
+        .messages
+        .iter()
+        .find(|m| m.role == "user")
+        .unwrap()
+        .content
+}
+
+#[test]
+fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut session, tasks) = session(dir.path(), 1024);
+    let parallel = imagined_attempts(&mut session, &tasks, 0, RehearsalMode::Parallel, 3).unwrap();
+    let sequential =
+        imagined_attempts(&mut session, &tasks, 0, RehearsalMode::Sequential, 2).unwrap();
+    assert_eq!(parallel.len(), tasks.len());
+    assert_eq!(sequential.len(), tasks.len());
+    for (task, (par, seq)) in tasks.iter().zip(parallel.iter().zip(&sequential)) {
+        assert_eq!(par.len(), 3);
+        assert_eq!(seq.len(), 2);
+        for episode in par.iter().chain(seq) {
+            assert_eq!(episode.task_id, task.id);
+            assert_eq!(episode.mode, "rehearse");
+            for call in episode.turns.iter().flat_map(|t| &t.calls) {
+                assert!(call.real.is_none(), "a real response leaked: {call:?}");
+            }
+        }
+        for episode in par {
+            assert_eq!(
+                request(episode),
+                task.request,
+                "parallel attempts are independent"
+            );
+        }
+        assert_eq!(request(&seq[0]), task.request);
+        let second = request(&seq[1]);
+        assert!(second.starts_with(&format!("{}\n\nPrivate rehearsal", task.request)));
+        assert!(second.contains("\nAttempt 1: ") && !second.contains("Attempt 2:"));
+    }
+}
+
+#[test]
+fn the_committed_attempt_acts_for_real_with_the_memory_after_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut session, tasks) = session(dir.path(), 1024);
+    let plain = committed_episodes(&mut session, &tasks, 0, None).unwrap();
+    let none = rehearsed_episodes(&mut session, &tasks, 0, RehearsalMode::Sequential, 0).unwrap();
+    assert_eq!(
+        plain.iter().map(|e| &e.messages).collect::<Vec<_>>(),
+        none.iter().map(|e| &e.messages).collect::<Vec<_>>(),
+        "budget 0 is the plain evaluation"
+    );
+    for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
+        let committed = rehearsed_episodes(&mut session, &tasks, 0, style, 2).unwrap();
+        assert_eq!(committed.len(), tasks.len());
+        for (task, episode) in tasks.iter().zip(&committed) {
+            assert_eq!(episode.mode, "real");
+            assert!(episode.reward.is_some() || episode.masked());
+            let text = request(episode);
+            let memory = text.strip_prefix(&format!("{}\n\n", task.request)).unwrap();
+            assert!(
+                memory.starts_with("Private rehearsal (imagined attempts; nothing was executed):")
+            );
+            assert!(memory.contains("\nAttempt 1: ") && memory.contains("\nAttempt 2: "));
+            assert!(!memory.contains("Attempt 3:"));
+        }
+    }
+}
+
+#[test]
+fn the_memory_is_cut_to_max_memory_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut session, tasks) = session(dir.path(), 16);
+    let committed =
+        rehearsed_episodes(&mut session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
+    for (task, episode) in tasks.iter().zip(&committed) {
+        let memory = request(episode)
+            .strip_prefix(&format!("{}\n\n", task.request))
+            .unwrap();
+        let n_tokens = session.codec.encode(memory).unwrap().len();
+        assert!(n_tokens <= 16, "{n_tokens} tokens: {memory:?}");
+        assert!(memory.starts_with("Private"));
+        assert!(
+            !memory.contains("Attempt 4:"),
+            "cut before the fourth attempt"
+        );
+    }
+}

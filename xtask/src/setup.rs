@@ -31,6 +31,14 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ),
     ("xauth", "X authority for the virtual display"),
     (
+        "dbus-daemon",
+        "a private session bus for the keyring end-to-end test",
+    ),
+    (
+        "gnome-keyring",
+        "a real Secret Service for the keyring end-to-end test",
+    ),
+    (
         "libgl1-mesa-dri",
         "software OpenGL for the webview under Xvfb",
     ),

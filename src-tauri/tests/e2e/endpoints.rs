@@ -1,6 +1,8 @@
 //! End-to-end: the editor's "Check connection" against the engine's own `serve-model` server
 //! (a tiny model, started in the test) and against a port where nothing listens; an API key
-//! goes to the OS keyring, never to the file, and a missing keyring says so.
+//! goes to the OS keyring, never to the file, and a missing keyring says so; with a real
+//! Secret Service (GNOME Keyring on a private bus) a stored key reaches the endpoint and a
+//! forgotten one is gone.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use envace::serve::{LoadedModel, ServeOptions, serve};
 use envace::tokenize;
 use serde_json::json;
 
-use super::Studio;
+use super::{Studio, launch};
 
 /// A tiny Llama with a trained tokenizer, saved as a Hugging Face folder.
 fn tiny_model(dir: &Path) {
@@ -231,4 +233,121 @@ fn check_error(studio: &Studio, at: &str) -> (bool, String) {
         )
         .unwrap();
     (ok == json!(true), line.as_str().unwrap().to_owned())
+}
+
+/// A stand-in endpoint on a loopback port: every request gets 401, and the `Authorization`
+/// header of each is kept (an empty string when it had none).
+fn recording_endpoint() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut authorization = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                if let Some((name, value)) = line.split_once(':')
+                    && name.eq_ignore_ascii_case("authorization")
+                {
+                    authorization = value.trim().to_owned();
+                }
+                line.clear();
+            }
+            kept.lock().unwrap().push(authorization);
+            let body = r#"{"error":{"message":"unauthorised"}}"#;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("keyring-home");
+    std::fs::create_dir_all(&home).unwrap();
+    // Declared before the studio, so that the bus outlives it.
+    let (_bus, address) = launch::start_keyring(&home);
+    let (url, seen) = recording_endpoint();
+    let config = dir.path().join("keyed.toml");
+    let text = envace::config::preset("quickstart")
+        .unwrap()
+        .toml
+        .replace(
+            "[judge]\nkind = \"rule\"",
+            &format!("[judge]\nkind = \"llm\"\n\n[judge.endpoint]\nurl = \"{url}\"\nmodel = \"judge\"\napi_key_env = \"ENVACE_E2E_KEYRING_KEY\""),
+        );
+    std::fs::write(&config, &text).unwrap();
+    assert!(std::env::var_os("ENVACE_E2E_KEYRING_KEY").is_none());
+    let studio = Studio::open_with_env(
+        &config,
+        &dir.path().join("runs.sqlite"),
+        &[("DBUS_SESSION_BUS_ADDRESS", &address)],
+    );
+    let s = studio.s();
+    let secret = "sk-e2e-keyring-51c9";
+    let result = |s: &super::webdriver::Session| {
+        s.wait_for(
+            "the keyring's answer",
+            "const r = document.getElementById('api-key-result-judge.endpoint'); \
+             return r.dataset.ok !== undefined && [r.dataset.ok, r.textContent]",
+            Duration::from_secs(30),
+        )
+        .unwrap()
+    };
+    s.type_into("[id='api-key-judge.endpoint']", secret).unwrap();
+    s.click("[id='api-key-save-judge.endpoint']").unwrap();
+    let stored = result(s);
+    assert_eq!(
+        stored,
+        json!(["true", "Stored in the OS keyring as ENVACE_E2E_KEYRING_KEY; used when the environment variable is not set."])
+    );
+    studio.shot(
+        "studio-editor-api-key-stored",
+        Some("[id='api-key-result-judge.endpoint']"),
+    );
+
+    // The connection check sends the stored key (the variable is not set, so it can only have
+    // come from the keyring); the endpoint refuses it, and the line says so.
+    let (ok, line) = check_error(&studio, "judge.endpoint");
+    assert!(!ok, "{line}");
+    let headers = seen.lock().unwrap().clone();
+    assert!(!headers.is_empty(), "the endpoint saw no request: {line}");
+    assert!(
+        headers.iter().all(|h| h == &format!("Bearer {secret}")),
+        "{headers:?}"
+    );
+
+    // Saved files never hold the key.
+    s.click("#save-button").unwrap();
+    s.wait_for(
+        "the save",
+        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert!(!std::fs::read_to_string(&config).unwrap().contains(secret));
+
+    // Forget removes it from the keyring: the next check has no key to send.
+    s.click("[id='api-key-forget-judge.endpoint']").unwrap();
+    s.wait_for(
+        "the removal",
+        "return document.getElementById('api-key-result-judge.endpoint').textContent === 'Removed the key stored as ENVACE_E2E_KEYRING_KEY.'",
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let (ok, line) = check_error(&studio, "judge.endpoint");
+    assert!(!ok);
+    assert!(
+        line.contains("the environment variable ENVACE_E2E_KEYRING_KEY is not set and the OS keyring has no key under that name"),
+        "{line}"
+    );
 }

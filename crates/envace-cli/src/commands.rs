@@ -208,6 +208,11 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
             }
             print!("{text}");
         }
+        RunsCommand::Rehearse {
+            run,
+            budgets,
+            max_memory_tokens,
+        } => return crate::train_command::rehearse(&run, &budgets, max_memory_tokens, store_path),
         RunsCommand::Export {
             run,
             format,

@@ -197,6 +197,19 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Evaluate the rehearsal-budget curve of a run's latest checkpoint on its held-out tasks:
+    /// success after N private imagined attempts, parallel and sequential, stored with the
+    /// run's evaluations (the studio draws it).
+    Rehearse {
+        /// Run id, or name (the newest run with that name).
+        run: String,
+        /// Budgets N, comma-separated (default: the run's `[rehearsal].budget_curve`).
+        #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+        budgets: Vec<u32>,
+        /// Longest memory in tokens (default: the run's `[rehearsal].max_memory_tokens`).
+        #[arg(long, value_name = "TOKENS")]
+        max_memory_tokens: Option<u32>,
+    },
     /// Export one table of a run as CSV or JSON Lines.
     Export {
         /// Run id, or name (the newest run with that name).

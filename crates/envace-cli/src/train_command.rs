@@ -1,5 +1,6 @@
 //! `envace train`: runs an experiment (SFT, then role-wise GRPO) through the engine's training
-//! controller, with a progress bar, the latest metrics, and a clean stop on Ctrl-C.
+//! controller, with a progress bar, the latest metrics, and a clean stop on Ctrl-C; and
+//! `envace runs rehearse`, the rehearsal-budget curve of a trained run.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use envace::config;
-use envace::controller::{Command as JobCommand, Controller, Event, JobOutcome, JobSpec};
+use envace::controller::{
+    Command as JobCommand, Controller, Event, Flow, Hooks, JobOutcome, JobSpec,
+};
 use envace::store::{RunId, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -177,4 +180,66 @@ fn print_latest(store_path: &Path, run: RunId) -> Result<()> {
         println!("{:<34} {:>12.6}  (step {})", row.key, row.value, row.step);
     }
     Ok(())
+}
+
+/// `envace runs rehearse`: the rehearsal-budget curve of a run's latest checkpoint, under the
+/// run's own config with the given budgets and memory length.
+pub fn rehearse(
+    query: &str,
+    budgets: &[u32],
+    max_memory_tokens: Option<u32>,
+    store_path: &Path,
+) -> Result<ExitCode> {
+    let store = Store::open(store_path)?;
+    let record = store.view().find_run(query)?;
+    if store.view().checkpoints(record.id)?.is_empty() {
+        bail!("run {query} has no checkpoint yet, so there is no policy to evaluate");
+    }
+    drop(store);
+    // The options edit the run's config text, which is then validated like a config file.
+    let mut text = record.config_toml.clone();
+    if !budgets.is_empty() {
+        text = config::edit::set_value(&text, &["rehearsal", "budget_curve"], &budgets.into())?;
+    }
+    if let Some(tokens) = max_memory_tokens {
+        text = config::edit::set_value(&text, &["rehearsal", "max_memory_tokens"], &tokens.into())?;
+    }
+    let source = if budgets.is_empty() && max_memory_tokens.is_none() {
+        format!("the config of run {}", record.id)
+    } else {
+        format!("the config of run {} with the options given", record.id)
+    };
+    let experiment = config::parse(&text, &source)?;
+    if experiment.rehearsal.budget_curve.is_empty() {
+        bail!("run {query} has no [rehearsal].budget_curve; pass --budgets, e.g. --budgets 1,2,4");
+    }
+    if experiment.backend.n_threads > 0 {
+        crate::pin_compute_threads(Some(experiment.backend.n_threads as usize));
+    }
+    let mut printer = CurvePrinter;
+    let step =
+        envace::controller::rehearsal_curve(&experiment, store_path, record.id, &mut printer)?;
+    println!("stored with run {}'s evaluations at step {step}", record.id);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the curve's progress and points as they come.
+struct CurvePrinter;
+
+impl Hooks for CurvePrinter {
+    fn poll(&mut self) -> Flow {
+        Flow::Continue
+    }
+
+    fn emit(&mut self, event: Event) {
+        match event {
+            Event::Log { message, .. } => eprintln!("{message}"),
+            Event::Eval { metrics, .. } => {
+                let figures: Vec<String> =
+                    metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
+                println!("{}", figures.join(", "));
+            }
+            _ => {}
+        }
+    }
 }

@@ -7,7 +7,7 @@
 //! Pausing blocks the worker between steps (the run is marked `paused`) until resume or stop.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -313,6 +313,40 @@ fn run_job(spec: JobSpec, run: RunId, mut hooks: ChannelHooks) -> Result<JobOutc
     result
 }
 
+/// The held-out tasks a run evaluates on: `[eval].max_tasks` (100 when unset) of the test split.
+fn held_out_tasks(
+    config: &ExperimentConfig,
+    sources: &crate::tasks::GenSources,
+) -> Result<Vec<std::sync::Arc<crate::tasks::GenTask>>> {
+    task_pool(
+        config,
+        sources,
+        TaskSplit::Test,
+        config.eval.max_tasks.unwrap_or(100) as usize,
+        config.run.seed.wrapping_add(2),
+    )
+}
+
+/// Evaluates the rehearsal-budget curve of `run`'s latest checkpoint under `config` (the run's
+/// own config, perhaps with other `[rehearsal]` settings) on the run's held-out tasks, and
+/// stores it as the curve after training is stored; returns the step evaluated.
+pub fn rehearsal_curve(
+    config: &ExperimentConfig,
+    store_path: &Path,
+    run: RunId,
+    hooks: &mut dyn Hooks,
+) -> Result<u32> {
+    let store = Store::open(store_path)?;
+    let writer = RunWriter::new(store, run, 256);
+    let sources = load_sources(config)?;
+    let mut session = Session::resume(config.clone(), run, writer, sources)?;
+    let test_tasks = held_out_tasks(config, &session.sources)?;
+    let step = session.next_step;
+    crate::eval::rehearsal::budget_curve(&mut session, &test_tasks, step, hooks)?;
+    session.writer.flush()?;
+    Ok(step)
+}
+
 /// Runs (or continues) a whole job with the given hooks: SFT when enabled, then RL.
 pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOutcome> {
     let config = spec.config.clone();
@@ -353,13 +387,7 @@ pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOut
             (config.rl.batch_size as usize * 16).max(64),
             config.run.seed.wrapping_add(1),
         )?;
-        let test_tasks = task_pool(
-            &config,
-            &session.sources,
-            TaskSplit::Test,
-            config.eval.max_tasks.unwrap_or(100) as usize,
-            config.run.seed.wrapping_add(2),
-        )?;
+        let test_tasks = held_out_tasks(&config, &session.sources)?;
         if grpo::train(&mut session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
             return Ok(JobOutcome::Stopped);
         }

@@ -1,6 +1,6 @@
 //! Test-time private rehearsal on a real (untrained, tiny) policy: imagined attempts run in
 //! rehearse mode with nothing real in them, sequential attempts see the earlier ones, and the
-//! committed attempt acts on the real environment with the memory after the request, cut to
+//! committed attempt acts on the real environment with the memory before the request, cut to
 //! `max_memory_tokens`.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
@@ -69,13 +69,14 @@ fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
         }
         assert_eq!(request(&seq[0]), task.request);
         let second = request(&seq[1]);
-        assert!(second.starts_with(&format!("{}\n\nPrivate rehearsal", task.request)));
+        assert!(second.starts_with("Private rehearsal"));
+        assert!(second.ends_with(&format!("\n\n{}", task.request)));
         assert!(second.contains("\nAttempt 1: ") && !second.contains("Attempt 2:"));
     }
 }
 
 #[test]
-fn the_committed_attempt_acts_for_real_with_the_memory_after_the_request() {
+fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
     let dir = tempfile::tempdir().unwrap();
     let (mut session, tasks) = session(dir.path(), 1024);
     let plain = committed_episodes(&mut session, &tasks, 0, None).unwrap();
@@ -92,7 +93,7 @@ fn the_committed_attempt_acts_for_real_with_the_memory_after_the_request() {
             assert_eq!(episode.mode, "real");
             assert!(episode.reward.is_some() || episode.masked());
             let text = request(episode);
-            let memory = text.strip_prefix(&format!("{}\n\n", task.request)).unwrap();
+            let memory = text.strip_suffix(&format!("\n\n{}", task.request)).unwrap();
             assert!(
                 memory.starts_with("Private rehearsal (imagined attempts; nothing was executed):")
             );
@@ -110,7 +111,7 @@ fn the_memory_is_cut_to_max_memory_tokens() {
         rehearsed_episodes(&mut session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
     for (task, episode) in tasks.iter().zip(&committed) {
         let memory = request(episode)
-            .strip_prefix(&format!("{}\n\n", task.request))
+            .strip_suffix(&format!("\n\n{}", task.request))
             .unwrap();
         let n_tokens = session.codec.encode(memory).unwrap().len();
         assert!(n_tokens <= 16, "{n_tokens} tokens: {memory:?}");

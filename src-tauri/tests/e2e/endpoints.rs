@@ -303,12 +303,16 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
         )
         .unwrap()
     };
-    s.type_into("[id='api-key-judge.endpoint']", secret).unwrap();
+    s.type_into("[id='api-key-judge.endpoint']", secret)
+        .unwrap();
     s.click("[id='api-key-save-judge.endpoint']").unwrap();
     let stored = result(s);
     assert_eq!(
         stored,
-        json!(["true", "Stored in the OS keyring as ENVACE_E2E_KEYRING_KEY; used when the environment variable is not set."])
+        json!([
+            "true",
+            "Stored in the OS keyring as ENVACE_E2E_KEYRING_KEY; used when the environment variable is not set."
+        ])
     );
     studio.shot(
         "studio-editor-api-key-stored",

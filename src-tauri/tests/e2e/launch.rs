@@ -82,7 +82,10 @@ pub fn start_keyring(home: &Path) -> (Guard, String) {
         .expect("cannot read the bus address from dbus-daemon");
     let bus = Guard(bus);
     let address = address.trim().to_owned();
-    assert!(address.starts_with("unix:"), "dbus-daemon printed {address:?}");
+    assert!(
+        address.starts_with("unix:"),
+        "dbus-daemon printed {address:?}"
+    );
     let mut keyring = Command::new(daemon)
         .args(["--unlock", "--components=secrets"])
         .env("DBUS_SESSION_BUS_ADDRESS", &address)
@@ -103,7 +106,10 @@ pub fn start_keyring(home: &Path) -> (Guard, String) {
     }
     // The launcher forks the daemon, which stays on the bus, and exits once it is set up.
     let status = keyring.wait().expect("gnome-keyring-daemon did not exit");
-    assert!(status.success(), "gnome-keyring-daemon --unlock failed ({status})");
+    assert!(
+        status.success(),
+        "gnome-keyring-daemon --unlock failed ({status})"
+    );
     (bus, address)
 }
 

@@ -698,7 +698,7 @@ pub enum RehearsalMode {
 /// `[rehearsal]`: private rehearsal at test time. Before its one committed attempt at a
 /// held-out task the policy rehearses imagined attempts (it acts and plays the tools itself;
 /// nothing is executed), condenses them into a memory, and then acts for real with that
-/// memory after the request.
+/// memory before the request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RehearsalConfig {
@@ -710,7 +710,8 @@ pub struct RehearsalConfig {
     #[serde(default = "defaults::rehearsal_budget")]
     #[schemars(range(min = 1, max = 64))]
     pub budget: u32,
-    /// Longest condensed rehearsal memory, in tokens.
+    /// Longest condensed rehearsal memory, in tokens; it must leave room for the request in
+    /// the act prompt (`rl.max_prompt_tokens`).
     #[serde(default = "defaults::max_memory_tokens")]
     #[schemars(range(min = 16))]
     pub max_memory_tokens: u32,

@@ -819,6 +819,18 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
             );
         }
     }
+    let rehearsal = &config.rehearsal;
+    let rehearses =
+        rehearsal.mode != super::RehearsalMode::Off || !rehearsal.budget_curve.is_empty();
+    if rehearses && rehearsal.max_memory_tokens >= rl.max_prompt_tokens {
+        issue(
+            "rehearsal.max_memory_tokens",
+            format!(
+                "a memory of up to {} tokens fills the act prompt of rl.max_prompt_tokens = {} tokens, which is cut from the left, leaving no room for the request; make it smaller",
+                rehearsal.max_memory_tokens, rl.max_prompt_tokens
+            ),
+        );
+    }
     issues
 }
 

@@ -1,6 +1,6 @@
 //! Test-time private rehearsal (DESIGN.md §1): before its one committed attempt at a held-out
 //! task the policy rehearses imagined attempts, condenses them into a memory, and acts for real
-//! with that memory after the request; and the rehearsal-budget curves (score against the
+//! with that memory before the request; and the rehearsal-budget curves (score against the
 //! number of imagined attempts, parallel against sequential).
 //!
 //! An imagined attempt is a whole episode in rehearse mode: the policy acts and answers its

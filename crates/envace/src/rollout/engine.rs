@@ -433,7 +433,8 @@ pub struct EpisodeSpec {
     pub env: Box<dyn Environment>,
     /// The prompt group (GRPO baselines are per group); usually the task id.
     pub group: String,
-    /// A test-time rehearsal memory, shown to the agent after the task's request.
+    /// A test-time rehearsal memory, shown to the agent before the task's request (so that a
+    /// context cut from the left loses the memory first, never the request).
     pub memory: Option<String>,
 }
 
@@ -503,7 +504,7 @@ pub fn run_batch(
             messages.push(json!({"role": "system", "content": system}));
         }
         let request = match &spec.memory {
-            Some(memory) => format!("{}\n\n{memory}", spec.task.request),
+            Some(memory) => format!("{memory}\n\n{}", spec.task.request),
             None => spec.task.request.clone(),
         };
         messages.push(json!({"role": "user", "content": request}));

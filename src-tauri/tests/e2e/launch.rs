@@ -64,55 +64,6 @@ pub fn start_display() -> (Guard, String) {
     (Guard(child), display)
 }
 
-/// Starts a private D-Bus session bus with GNOME Keyring's Secret Service on it, its login
-/// keyring created and unlocked under `home` (a temporary folder); returns the bus (the
-/// keyring daemon exits with it) and its address.
-pub fn start_keyring(home: &Path) -> (Guard, String) {
-    let dbus = need("dbus-daemon", "dbus-daemon");
-    let daemon = need("gnome-keyring-daemon", "gnome-keyring");
-    let mut bus = Command::new(dbus)
-        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start dbus-daemon");
-    let mut address = String::new();
-    BufReader::new(bus.stdout.take().expect("dbus-daemon's stdout is piped"))
-        .read_line(&mut address)
-        .expect("cannot read the bus address from dbus-daemon");
-    let bus = Guard(bus);
-    let address = address.trim().to_owned();
-    assert!(
-        address.starts_with("unix:"),
-        "dbus-daemon printed {address:?}"
-    );
-    let mut keyring = Command::new(daemon)
-        .args(["--unlock", "--components=secrets"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_RUNTIME_DIR", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start gnome-keyring-daemon");
-    {
-        use std::io::Write;
-        let mut stdin = keyring.stdin.take().expect("the daemon's stdin is piped");
-        stdin
-            .write_all(b"envace-e2e")
-            .expect("cannot give the keyring its password");
-    }
-    // The launcher forks the daemon, which stays on the bus, and exits once it is set up.
-    let status = keyring.wait().expect("gnome-keyring-daemon did not exit");
-    assert!(
-        status.success(),
-        "gnome-keyring-daemon --unlock failed ({status})"
-    );
-    (bus, address)
-}
-
 /// A TCP port nothing listens on at the moment.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -346,5 +346,36 @@ fn train_watch_live_view_episodes_and_compare_runs() {
         "{table}"
     );
     studio.shot("studio-runs-after-training", None);
+
+    // The test-time rehearsal curve of run 1's latest checkpoint, stored as `envace runs
+    // rehearse` stores it, is drawn against the budget N when the run's charts open.
+    let mut tiny = envace::config::parse(TINY, "TINY").unwrap();
+    tiny.rehearsal.budget_curve = vec![1, 2];
+    let curve_step = envace::controller::rehearsal_curve(
+        &tiny,
+        &store,
+        envace::store::RunId(1),
+        &mut envace::controller::NoHooks,
+    )
+    .unwrap();
+    s.script(
+        "for (const tr of document.querySelectorAll('#run-table tr')) \
+           if (tr.cells[0].textContent === '1') tr.querySelector('.run-charts').click();",
+        json!([]),
+    )
+    .unwrap();
+    s.wait_for(
+        "the rehearsal-budget curves",
+        "return Number(document.getElementById('chart-budget').dataset.points) >= 8 \
+             && document.querySelectorAll('#chart-budget .u-series').length === 5",
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let note = s.text("#budget-note").unwrap();
+    assert!(
+        note.starts_with(&format!("After step {curve_step}:")),
+        "{note}"
+    );
+    studio.shot("studio-training-rehearsal-budget", Some("#chart-budget"));
     eprintln!("training e2e took {:?}", started.elapsed());
 }

@@ -147,6 +147,21 @@ impl Session {
 
     /// Clears the field matching `css` and types `text` into it.
     pub fn type_into(&self, css: &str, text: &str) -> Result<(), String> {
+        // The form re-renders a section when the engine's validation answers, which can replace
+        // the field between finding it and typing; then it is found again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.try_type_into(css, text) {
+                Err(err) if err.contains("stale element reference") && tries < 5 => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn try_type_into(&self, css: &str, text: &str) -> Result<(), String> {
         let element = self.find(css)?;
         call(
             &self.agent,

@@ -130,7 +130,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if (step + 1) % every == 0 {
             let te = Instant::now();
-            let episodes = grpo::evaluation_episodes(&mut session, &test, step + 1)?;
+            let episodes = grpo::evaluation_episodes(&session, &test, step + 1)?;
             let (mean, succ) = grpo::eval_summary(&episodes);
             if std::env::var("SHOW").is_ok() {
                 show(&session, &episodes[..episodes.len().min(6)])?;

@@ -44,10 +44,9 @@ fn request(episode: &EpisodeRecord) -> &str {
 #[test]
 fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut session, tasks) = session(dir.path(), 1024);
-    let parallel = imagined_attempts(&mut session, &tasks, 0, RehearsalMode::Parallel, 3).unwrap();
-    let sequential =
-        imagined_attempts(&mut session, &tasks, 0, RehearsalMode::Sequential, 2).unwrap();
+    let (session, tasks) = session(dir.path(), 1024);
+    let parallel = imagined_attempts(&session, &tasks, 0, RehearsalMode::Parallel, 3).unwrap();
+    let sequential = imagined_attempts(&session, &tasks, 0, RehearsalMode::Sequential, 2).unwrap();
     assert_eq!(parallel.len(), tasks.len());
     assert_eq!(sequential.len(), tasks.len());
     for (task, (par, seq)) in tasks.iter().zip(parallel.iter().zip(&sequential)) {
@@ -78,16 +77,16 @@ fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
 #[test]
 fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut session, tasks) = session(dir.path(), 1024);
-    let plain = committed_episodes(&mut session, &tasks, 0, None).unwrap();
-    let none = rehearsed_episodes(&mut session, &tasks, 0, RehearsalMode::Sequential, 0).unwrap();
+    let (session, tasks) = session(dir.path(), 1024);
+    let plain = committed_episodes(&session, &tasks, 0, None).unwrap();
+    let none = rehearsed_episodes(&session, &tasks, 0, RehearsalMode::Sequential, 0).unwrap();
     assert_eq!(
         plain.iter().map(|e| &e.messages).collect::<Vec<_>>(),
         none.iter().map(|e| &e.messages).collect::<Vec<_>>(),
         "budget 0 is the plain evaluation"
     );
     for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
-        let committed = rehearsed_episodes(&mut session, &tasks, 0, style, 2).unwrap();
+        let committed = rehearsed_episodes(&session, &tasks, 0, style, 2).unwrap();
         assert_eq!(committed.len(), tasks.len());
         for (task, episode) in tasks.iter().zip(&committed) {
             assert_eq!(episode.mode, "real");
@@ -106,9 +105,8 @@ fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
 #[test]
 fn the_memory_is_cut_to_max_memory_tokens() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut session, tasks) = session(dir.path(), 16);
-    let committed =
-        rehearsed_episodes(&mut session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
+    let (session, tasks) = session(dir.path(), 16);
+    let committed = rehearsed_episodes(&session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
     for (task, episode) in tasks.iter().zip(&committed) {
         let memory = request(episode)
             .strip_suffix(&format!("\n\n{}", task.request))

@@ -203,13 +203,7 @@ fn an_api_key_never_reaches_the_file_and_a_missing_keyring_says_so() {
     );
 
     // Saving writes the file without the key.
-    s.click("#save-button").unwrap();
-    s.wait_for(
-        "the save",
-        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    studio.save();
     let saved = std::fs::read_to_string(&config).unwrap();
     assert!(saved.contains("api_key_env = \"ENVACE_E2E_JUDGE_KEY\""));
     assert!(!saved.contains(secret) && !studio.toml_view().contains(secret));
@@ -383,13 +377,7 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
     );
 
     // Saved files never hold the key.
-    s.click("#save-button").unwrap();
-    s.wait_for(
-        "the save",
-        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    studio.save();
     assert!(!std::fs::read_to_string(&config).unwrap().contains(secret));
 
     // Forget removes it from the keyring: the next check has no key to send.

@@ -136,6 +136,18 @@ impl Studio {
         path
     }
 
+    /// Clicks Save and waits until the editor says the file is written.
+    fn save(&self) {
+        self.s().click("#save-button").unwrap();
+        self.s()
+            .wait_for(
+                "the save",
+                "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
+                Duration::from_secs(10),
+            )
+            .unwrap();
+    }
+
     fn toml_view(&self) -> String {
         self.s()
             .script(
@@ -251,13 +263,7 @@ fn edit_a_preset_see_a_field_error_fix_it_and_save() {
     );
 
     // Save writes the file the studio was opened on.
-    s.click("#save-button").unwrap();
-    s.wait_for(
-        "the save",
-        "return document.getElementById('editor-message').textContent.startsWith('Saved to')",
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    studio.save();
     let saved = std::fs::read_to_string(&config).unwrap();
     let parsed = envace::config::parse(&saved, "saved").unwrap();
     assert_eq!(parsed.run.name, "caller-frozen");

@@ -20,11 +20,11 @@ use std::sync::Arc;
 use crate::config::RehearsalMode;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::Result;
-use crate::model::Sampling;
-use crate::rl::grpo::{committed_episodes, episodes_of, eval_summary, step_settings};
+use crate::rl::grpo::{
+    committed_episodes, episodes_of, eval_summary, rollout_sampling, step_settings, store_eval_rows,
+};
 use crate::rl::session::Session;
 use crate::rollout::{EndReason, EpisodeRecord, ResponseMode};
-use crate::store::{Batch, EvalRow, now_secs};
 use crate::tasks::GenTask;
 
 /// The eval_results category of a budget-curve point, e.g. `rehearsal/parallel/4`.
@@ -105,19 +105,14 @@ fn imagined_episodes(
     settings.seed = settings
         .seed
         .wrapping_add((attempt_idx as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03));
-    let sampling = Sampling {
-        temperature: session.config.rl.temperature,
-        top_p: session.config.rl.top_p,
-        top_k: 0,
-        seed: 0,
-    };
+    let sampling = rollout_sampling(&session.config.rl);
     episodes_of(session, tasks, copies, &settings, sampling, memories)
 }
 
 /// The imagined attempts at each task (outer: tasks in order; inner: attempts in order),
 /// `budget` of them rehearsed in `style`; none when `Off`.
 pub fn imagined_attempts(
-    session: &mut Session,
+    session: &Session,
     tasks: &[Arc<GenTask>],
     step: u32,
     style: RehearsalMode,
@@ -136,9 +131,13 @@ pub fn imagined_attempts(
         RehearsalMode::Parallel => {}
         RehearsalMode::Sequential => {
             for attempt_idx in 0..budget {
-                let memories = memories(&attempts, session, max_tokens)?;
-                let memories = (attempt_idx > 0).then_some(memories.as_slice());
-                let episodes = imagined_episodes(session, tasks, step, attempt_idx, 1, memories)?;
+                let memories = if attempt_idx == 0 {
+                    None
+                } else {
+                    Some(memories(&attempts, session, max_tokens)?)
+                };
+                let episodes =
+                    imagined_episodes(session, tasks, step, attempt_idx, 1, memories.as_deref())?;
                 for (task_attempts, episode) in attempts.iter_mut().zip(episodes) {
                     task_attempts.push(episode);
                 }
@@ -151,7 +150,7 @@ pub fn imagined_attempts(
 /// The committed attempts at `tasks` after `budget` imagined attempts each, rehearsed in
 /// `style` (parallel or sequential); `Off` or a budget of 0 gives the plain evaluation.
 pub fn rehearsed_episodes(
-    session: &mut Session,
+    session: &Session,
     tasks: &[Arc<GenTask>],
     step: u32,
     style: RehearsalMode,
@@ -203,20 +202,7 @@ pub fn budget_curve(
             });
             let episodes = rehearsed_episodes(session, tasks, step, style, budget as usize)?;
             let (mean, success) = eval_summary(&episodes);
-            let mut batch = Batch::new(session.run);
-            for (metric, value) in [("score", mean), ("success", success)] {
-                batch.evals.push(EvalRow {
-                    step: u64::from(step),
-                    benchmark: "generated_test".to_owned(),
-                    category: category.clone(),
-                    metric: metric.to_owned(),
-                    value,
-                    n_tasks: tasks.len() as u64,
-                    wall_time: now_secs(),
-                });
-            }
-            session.writer.flush()?;
-            session.writer.store_mut().write(&batch)?;
+            store_eval_rows(session, step, &category, tasks.len(), mean, success)?;
             hooks.emit(Event::Eval {
                 step,
                 benchmark: "generated_test".to_owned(),

@@ -282,7 +282,7 @@ fn step_tasks(pool: &[Arc<GenTask>], step: u32, batch_size: usize) -> Vec<Arc<Ge
 
 /// Evaluates the policy on held-out tasks: greedy, real environment; returns the mean score
 /// and the success rate (score 1).
-pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Result<(f64, f64)> {
+pub fn evaluate(session: &Session, tasks: &[Arc<GenTask>], step: u32) -> Result<(f64, f64)> {
     Ok(eval_summary(&evaluation_episodes(session, tasks, step)?))
 }
 
@@ -290,7 +290,7 @@ pub fn evaluate(session: &mut Session, tasks: &[Arc<GenTask>], step: u32) -> Res
 /// `[rehearsal].mode` on, each committed attempt follows the policy's private rehearsal of the
 /// task (`eval::rehearsal`).
 pub fn evaluation_episodes(
-    session: &mut Session,
+    session: &Session,
     tasks: &[Arc<GenTask>],
     step: u32,
 ) -> Result<Vec<EpisodeRecord>> {
@@ -307,7 +307,7 @@ pub fn evaluation_episodes(
 /// The committed (greedy, real-environment) attempts at `tasks`, each with its rehearsal
 /// memory when `memories` is given (one per task).
 pub fn committed_episodes(
-    session: &mut Session,
+    session: &Session,
     tasks: &[Arc<GenTask>],
     step: u32,
     memories: Option<&[String]>,
@@ -411,13 +411,26 @@ fn write_eval(
     session
         .writer
         .metric(u64::from(step), "eval/generated_test/success", success)?;
+    store_eval_rows(session, step, "all", n_tasks, mean, success)
+}
+
+/// Stores the score and success rate of a `generated_test` evaluation under `category`, after
+/// the writer's buffered rows.
+pub(crate) fn store_eval_rows(
+    session: &mut Session,
+    step: u32,
+    category: &str,
+    n_tasks: usize,
+    mean: f64,
+    success: f64,
+) -> Result<()> {
     session.writer.flush()?;
     let mut batch = Batch::new(session.run);
     for (metric, value) in [("score", mean), ("success", success)] {
         batch.evals.push(EvalRow {
             step: u64::from(step),
             benchmark: "generated_test".to_owned(),
-            category: "all".to_owned(),
+            category: category.to_owned(),
             metric: metric.to_owned(),
             value,
             n_tasks: n_tasks as u64,
@@ -425,6 +438,16 @@ fn write_eval(
         });
     }
     session.writer.store_mut().write(&batch)
+}
+
+/// How RL rollouts sample: `[rl].temperature` and `top_p`, the seed from the requests.
+pub(crate) fn rollout_sampling(rl: &RlConfig) -> Sampling {
+    Sampling {
+        temperature: rl.temperature,
+        top_p: rl.top_p,
+        top_k: 0,
+        seed: 0,
+    }
 }
 
 /// Runs the RL phase from `session.next_step` to its end: the explicit GRPO loop. Returns
@@ -483,12 +506,7 @@ pub fn train(
         let settings = step_settings(session, step);
         let mut generator = PolicyGenerator {
             policy: session.policy.clone(),
-            sampling: Sampling {
-                temperature: rl.temperature,
-                top_p: rl.top_p,
-                top_k: 0,
-                seed: 0,
-            },
+            sampling: rollout_sampling(&rl),
             max_batch: 64,
         };
         let rollout_started = Instant::now();

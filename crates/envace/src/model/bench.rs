@@ -192,7 +192,11 @@ pub fn bench_train(
         let logits = policy.forward_train(&input, None)?;
         let loss = logits
             .flatten_to(1)
-            .and_then(|l| candle_nn::loss::cross_entropy(&l.to_dtype(DType::F32)?, &labels))
+            .and_then(|l| {
+                // Cross-entropy as our training computes token log-probabilities.
+                let logp = super::log_softmax(&l.to_dtype(DType::F32)?)?;
+                logp.gather(&labels.unsqueeze(1)?, 1)?.mean_all()?.neg()
+            })
             .map_err(candle(ctx))?;
         let t1 = Instant::now();
         let grads = loss.backward().map_err(candle(ctx))?;

@@ -1,13 +1,16 @@
 //! Building blocks the architectures share: RMSNorm, RoPE, masked grouped-query attention,
 //! SwiGLU and the per-layer key/value cache, each in a training and a generation flavour.
 //!
-//! The training flavour is built only from candle ops whose backward pass works on every
-//! backend (see `shared/STACK.md`): `rms_norm_slow`, a rotate-half RoPE from `narrow`/`cat`/`mul`,
-//! `where_cond` masking and `ops::softmax`. The generation flavour runs on detached weights and
-//! may use the fused kernels (`ops::rms_norm`, `rotary_emb::rope`, `softmax_last_dim`), which
-//! have no backward pass.
+//! The training flavour needs a backward pass, which candle's own fused kernels lack (see
+//! `shared/STACK.md`). On the CPU in f32 it uses our fused kernels with a real backward
+//! ([`super::fused`]); elsewhere it is composed from ops whose backward works on every backend:
+//! `rms_norm_slow`, a rotate-half RoPE from `narrow`/`cat`/`mul`, `where_cond` masking and
+//! `ops::softmax`. The generation flavour runs on detached weights and uses candle's fused
+//! kernels (`ops::rms_norm`, `rotary_emb::rope`, `softmax_last_dim`).
 
 use candle_core::{D, Result, Tensor};
+
+use super::fused;
 
 /// Which flavour of the ops a forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +49,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// RMSNorm over the last dimension, scaled by `w`.
 pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, mode: Mode) -> Result<Tensor> {
     match mode {
+        Mode::Train if fused::applies(x) => fused::rms_norm(x, w, eps),
         Mode::Train => candle_nn::ops::rms_norm_slow(x, w, eps as f32),
         Mode::Generate => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32),
     }
@@ -54,6 +58,7 @@ pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, mode: Mode) -> Result<T
 /// Rotary position embedding (rotate-half layout, as in Hugging Face) of `x: (b, h, l, d)`.
 pub(crate) fn rope(x: &Tensor, step: &Step) -> Result<Tensor> {
     match step.mode {
+        Mode::Train if fused::applies(x) => fused::rope(x, &step.cos, &step.sin),
         Mode::Train => {
             let half = x.dim(D::Minus1)? / 2;
             let x1 = x.narrow(D::Minus1, 0, half)?;
@@ -67,7 +72,12 @@ pub(crate) fn rope(x: &Tensor, step: &Step) -> Result<Tensor> {
 
 /// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
 pub(crate) fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
-    let h = (linear(x, gate)?.silu()? * linear(x, up)?)?;
+    let (gate, up) = (linear(x, gate)?, linear(x, up)?);
+    let h = if fused::applies(&gate) {
+        fused::silu_mul(&gate, &up)?
+    } else {
+        (gate.silu()? * up)?
+    };
     linear(&h, down)
 }
 
@@ -144,15 +154,11 @@ pub(crate) fn attention(
     let q = q
         .contiguous()?
         .reshape((b, n_kv_heads, n_rep * l, head_dim))?;
-    let scores = (q.matmul(&k.t()?)? * scale)?.reshape((b, n_heads, l, t))?;
-    let allowed = step.allowed.broadcast_as(scores.shape())?;
-    let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?
-        .to_dtype(scores.dtype())?
-        .broadcast_as(scores.shape())?;
-    let scores = allowed.where_cond(&scores, &neg_inf)?;
-    let probs = match step.mode {
-        Mode::Train => candle_nn::ops::softmax(&scores, D::Minus1)?,
-        Mode::Generate => candle_nn::ops::softmax_last_dim(&scores)?,
+    let scores = q.matmul(&k.t()?)?.reshape((b, n_heads, l, t))?;
+    let probs = if step.mode == Mode::Train && fused::applies(&scores) {
+        fused::masked_softmax(&scores, &step.allowed, scale)?
+    } else {
+        masked_softmax(&(scores * scale)?, step)?
     };
     probs
         .reshape((b, n_kv_heads, n_rep * l, t))?
@@ -160,4 +166,17 @@ pub(crate) fn attention(
         .reshape((b, n_heads, l, head_dim))?
         .transpose(1, 2)?
         .reshape((b, l, n_heads * head_dim))
+}
+
+/// `softmax(scores)` with the keys `step.allowed` excludes set to −∞, composed from candle ops.
+fn masked_softmax(scores: &Tensor, step: &Step) -> Result<Tensor> {
+    let allowed = step.allowed.broadcast_as(scores.shape())?;
+    let neg_inf = Tensor::new(f32::NEG_INFINITY, scores.device())?
+        .to_dtype(scores.dtype())?
+        .broadcast_as(scores.shape())?;
+    let scores = allowed.where_cond(scores, &neg_inf)?;
+    match step.mode {
+        Mode::Train => candle_nn::ops::softmax(&scores, D::Minus1),
+        Mode::Generate => candle_nn::ops::softmax_last_dim(&scores),
+    }
 }

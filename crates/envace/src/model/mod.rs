@@ -18,6 +18,7 @@
 
 mod assets;
 pub mod bench;
+pub(crate) mod fused;
 mod gguf;
 mod layers;
 mod llama;
@@ -1164,6 +1165,16 @@ impl Policy {
             sin,
             allowed,
         })
+    }
+}
+
+/// Log-softmax over the last dimension of logits, differentiable: one fused pass each way on
+/// the CPU in f32, candle's composed op elsewhere.
+pub fn log_softmax(logits: &Tensor) -> candle_core::Result<Tensor> {
+    if fused::applies(logits) {
+        fused::log_softmax(logits)
+    } else {
+        candle_nn::ops::log_softmax(logits, candle_core::D::Minus1)
     }
 }
 

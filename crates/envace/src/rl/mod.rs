@@ -142,7 +142,7 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
     let logits = policy.forward_train(&batch.input, Some(&batch.attention))?;
     let run = || -> candle_core::Result<(Tensor, Tensor)> {
         let logits = logits.to_dtype(DType::F32)?;
-        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let logp = crate::model::log_softmax(&logits)?;
         let picked = logp.gather(&batch.targets.unsqueeze(2)?, 2)?.squeeze(2)?;
         Ok((picked, logp))
     };

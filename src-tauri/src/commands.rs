@@ -331,14 +331,17 @@ pub async fn run_metrics(
                 key: row.key,
                 steps: Vec::new(),
                 values: Vec::new(),
+                wall_times: Vec::new(),
             });
         // A step recorded twice (a resumed job repeats it) keeps its newest value.
         if entry.steps.last() == Some(&step) {
             entry.values.pop();
             entry.steps.pop();
+            entry.wall_times.pop();
         }
         entry.steps.push(step);
         entry.values.push(finite(row.value));
+        entry.wall_times.push(row.wall_time);
     }
     Ok(RunMetrics {
         run,
@@ -590,6 +593,49 @@ pub async fn save_png(
         }
     };
     envace::fsutil::write_atomically(&target, &bytes)
+        .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
+    Ok(Some(target.display().to_string()))
+}
+
+/// Saves a chart drawn as SVG text to `path`, or asks where when there is none. Returns the
+/// path written, or `None` when the person cancelled.
+#[tauri::command]
+#[specta::specta]
+pub async fn save_svg(
+    app: tauri::AppHandle,
+    svg: String,
+    name: String,
+    path: Option<String>,
+) -> Result<Option<String>, StudioError> {
+    let body = svg.trim_start();
+    let body = match body.strip_prefix("<?xml") {
+        Some(rest) => rest
+            .split_once("?>")
+            .map_or("", |(_, after)| after.trim_start()),
+        None => body,
+    };
+    if !body.starts_with("<svg") {
+        return Err(StudioError::new(
+            "Cannot save the chart",
+            format!("the drawing of {name} is not an SVG document"),
+        ));
+    }
+    let target = match path {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let picked = app
+                .dialog()
+                .file()
+                .add_filter("SVG image", &["svg"])
+                .set_file_name(format!("{name}.svg"))
+                .blocking_save_file();
+            match picked.and_then(|file| file.into_path().ok()) {
+                Some(path) => path,
+                None => return Ok(None),
+            }
+        }
+    };
+    envace::fsutil::write_atomically(&target, svg.as_bytes())
         .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
     Ok(Some(target.display().to_string()))
 }

@@ -167,6 +167,9 @@ pub enum TrainingEvent {
         tokens_per_sec: Option<f64>,
         /// Estimated seconds to the end of the job.
         eta_secs: Option<f64>,
+        /// When the host relayed the step, in seconds since the Unix epoch (as stored rows'
+        /// `wall_time`).
+        wall_time: f64,
     },
     /// A log line.
     Log {
@@ -246,6 +249,7 @@ impl TrainingEvent {
                 metrics: metrics.into_iter().map(|(k, v)| (k, finite(v))).collect(),
                 tokens_per_sec: finite(tokens_per_sec),
                 eta_secs: finite(eta_secs),
+                wall_time: envace::store::now_secs(),
             },
             Event::Log { level, message } => TrainingEvent::Log { level, message },
             Event::Eval {
@@ -280,6 +284,8 @@ pub struct MetricSeries {
     pub steps: Vec<u32>,
     /// One value per step; `null` where it was not finite.
     pub values: Vec<Option<f64>>,
+    /// When each value was recorded, in seconds since the Unix epoch (the wall-time axis).
+    pub wall_times: Vec<f64>,
 }
 
 /// Every metric a run recorded, for charts.

@@ -48,6 +48,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::diff_runs,
             commands::run_episodes,
             commands::save_png,
+            commands::save_svg,
             commands::check_endpoint,
             commands::pick_path,
             commands::store_api_key,

@@ -65,6 +65,11 @@ export const commands = {
 	 */
 	savePng: (pngBase64: string, name: string, path: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("save_png", { pngBase64, name, path })),
 	/**
+	 *  Saves a chart drawn as SVG text to `path`, or asks where when there is none. Returns the
+	 *  path written, or `None` when the person cancelled.
+	 */
+	saveSvg: (svg: string, name: string, path: string | null) => typedError<string | null, StudioError>(__TAURI_INVOKE("save_svg", { svg, name, path })),
+	/**
 	 *  Checks the endpoint at `path` of the config text (`["judge", "endpoint"]`,
 	 *  `["env", "external"]`): its model list and a one-token chat completion, with the engine's
 	 *  OpenAI client. A failure of the endpoint is a result (`ok: false`), not an error.
@@ -258,6 +263,8 @@ export type MetricSeries = {
 	steps: number[],
 	/**  One value per step; `null` where it was not finite. */
 	values: (number | null)[],
+	/**  When each value was recorded, in seconds since the Unix epoch (the wall-time axis). */
+	wall_times: (number | null)[],
 };
 
 /**  What a config field's Browse button asks for. */
@@ -355,7 +362,12 @@ metrics: { [key in string]: number | null };
 /**  Trained tokens per second in this step. */
 tokens_per_sec: number | null; 
 /**  Estimated seconds to the end of the job. */
-eta_secs: number | null } | 
+eta_secs: number | null; 
+/**
+ *  When the host relayed the step, in seconds since the Unix epoch (as stored rows'
+ *  `wall_time`).
+ */
+wall_time: number | null } | 
 /**  A log line. */
 { kind: "log"; 
 /**  `info`, `warn` or `error`. */

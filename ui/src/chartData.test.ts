@@ -1,7 +1,7 @@
 // Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
-import { CHARTS, SeriesStore, align, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, budgetCurves, type Aligned } from "./chartData";
+import { CHARTS, SeriesStore, TIME_INCRS, align, onAxis, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, budgetCurves, type Aligned } from "./chartData";
 
 const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
 
@@ -26,16 +26,47 @@ describe("charts", () => {
 describe("SeriesStore", () => {
   it("grows from step events and replaces a repeated step", () => {
     const store = new SeriesStore();
-    store.addStep(1, { "sft/loss": 3, "perf/x": null });
-    store.addStep(2, { "sft/loss": 2 });
-    store.addStep(2, { "sft/loss": 2.5 });
-    store.addStep(4, { "sft/loss": 1, "act/reward": 0.5 });
-    store.addStep(3, { "sft/loss": 1.5 });
-    expect(store.get("sft/loss")).toEqual({ key: "sft/loss", steps: [1, 2, 3, 4], values: [3, 2.5, 1.5, 1] });
+    store.addStep(1, { "sft/loss": 3, "perf/x": null }, 1000);
+    store.addStep(2, { "sft/loss": 2 }, 1001);
+    store.addStep(2, { "sft/loss": 2.5 }, 1002);
+    store.addStep(4, { "sft/loss": 1, "act/reward": 0.5 }, 1004);
+    store.addStep(3, { "sft/loss": 1.5 }, 1003.5);
+    expect(store.get("sft/loss")).toEqual({ key: "sft/loss", steps: [1, 2, 3, 4], values: [3, 2.5, 1.5, 1], times: [0, 2, 3.5, 4] });
     expect(store.get("perf/x")?.values).toEqual([null]);
     expect(store.keys()).toEqual(["act/reward", "perf/x", "sft/loss"]);
     expect(store.points()).toBe(6);
     expect(lastValue(store.get("sft/loss"))).toEqual({ step: 4, value: 1 });
+  });
+
+  it("times every series from the run's first recorded metric, history and live alike", () => {
+    const store = new SeriesStore([
+      { key: "sft/loss", steps: [1, 2], values: [3, 2], wall_times: [500.5, 510] },
+      { key: "act/reward", steps: [2], values: [0.1], wall_times: [500] },
+    ]);
+    expect(store.get("sft/loss")?.times).toEqual([0.5, 10]);
+    expect(store.get("act/reward")?.times).toEqual([0]);
+    store.addStep(3, { "sft/loss": 1 }, 530);
+    expect(store.get("sft/loss")?.times).toEqual([0.5, 10, 30]);
+  });
+
+  it("keeps series without wall times off the time axis", () => {
+    const store = new SeriesStore([{ key: "old", steps: [1, 2], values: [1, 2] }]);
+    expect(onAxis([store.get("old")!], "time")).toEqual([{ key: "old", steps: [], values: [] }]);
+    store.addStep(3, { old: 3 }, 100);
+    expect(onAxis([store.get("old")!], "time")).toEqual([{ key: "old", steps: [0], values: [3] }]);
+    expect(onAxis([store.get("old")!], "step")[0].steps).toEqual([1, 2, 3]);
+  });
+});
+
+describe("onAxis", () => {
+  it("draws series over their times, so runs of different speeds separate", () => {
+    const fast = { key: "a", steps: [1, 2, 3], values: [3, 2, 1], times: [0, 1, 2] };
+    const slow = { key: "b", steps: [1, 2, 3], values: [3, 2, 1], times: [0, 4, 8] };
+    const aligned = align(onAxis([fast, slow], "time"));
+    expect(aligned[0]).toEqual([0, 1, 2, 4, 8]);
+    expect(aligned[1]).toEqual([3, 2, 1, null, null]);
+    expect(aligned[2]).toEqual([3, null, null, 2, 1]);
+    expect(TIME_INCRS).toContain(60);
   });
 });
 

@@ -8,7 +8,45 @@ export interface Series {
   key: string;
   steps: number[];
   values: (number | null)[];
+  /** Seconds since the run's first recorded metric, one per step (the wall-time axis). */
+  times?: number[];
 }
+
+/** A run's metric as the host sends it: steps, values and epoch seconds of each. */
+export interface TimedSeries {
+  key: string;
+  steps: number[];
+  values: (number | null)[];
+  wall_times?: (number | null)[];
+}
+
+/** The chart's x axis: training steps, or wall time since the run's first metric. */
+export type XAxis = "step" | "time";
+
+/**
+ * The series as drawn on `axis`: over steps as they are, or over their `times` (series without
+ * times have no points on the time axis).
+ */
+export function onAxis(series: readonly Series[], axis: XAxis): Series[] {
+  if (axis === "step") return [...series];
+  return series.map((s) => {
+    const times = s.times;
+    if (!times || times.length !== s.values.length) return { key: s.key, steps: [], values: [] };
+    if (times.every(Number.isFinite)) return { key: s.key, steps: times, values: s.values };
+    const steps: number[] = [];
+    const values: (number | null)[] = [];
+    times.forEach((t, i) => {
+      if (Number.isFinite(t)) {
+        steps.push(t);
+        values.push(s.values[i]);
+      }
+    });
+    return { key: s.key, steps, values };
+  });
+}
+
+/** Wall-time axis splits: round numbers of seconds, minutes and hours. */
+export const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400];
 
 /** Series on one shared x axis, as uPlot takes them: `[xs, ys1, ys2, …]`. */
 export type Aligned = [number[], ...(number | null)[][]];
@@ -51,33 +89,52 @@ export function keysFor(chart: ChartDef, keys: Iterable<string>): string[] {
 /** A run's metrics, grown one step at a time (live) or loaded whole (history). */
 export class SeriesStore {
   private readonly byKey = new Map<string, Series>();
+  /** Epoch seconds of the run's first recorded metric: time zero of the wall-time axis. */
+  private start: number | null = null;
 
-  constructor(initial: Series[] = []) {
-    for (const s of initial) this.byKey.set(s.key, { key: s.key, steps: [...s.steps], values: [...s.values] });
+  constructor(initial: TimedSeries[] = []) {
+    for (const s of initial) for (const t of s.wall_times ?? []) if (t !== null && Number.isFinite(t) && (this.start === null || t < this.start)) this.start = t;
+    for (const s of initial) {
+      const walls = s.wall_times && s.wall_times.length === s.steps.length ? s.wall_times : null;
+      const times = walls ? walls.map((t) => (t === null ? Number.NaN : t - (this.start ?? t))) : s.steps.map(() => Number.NaN);
+      this.byKey.set(s.key, { key: s.key, steps: [...s.steps], values: [...s.values], times });
+    }
   }
 
-  /** Adds one step's metrics; a step seen again replaces its value (a resumed job repeats it). */
-  addStep(step: number, metrics: Partial<Record<string, number | null>>): void {
+  /**
+   * Adds one step's metrics, recorded at `wallTime` (epoch seconds); a step seen again replaces
+   * its value and time (a resumed job repeats it).
+   */
+  addStep(step: number, metrics: Partial<Record<string, number | null>>, wallTime: number | null = null): void {
+    const wall = wallTime !== null && Number.isFinite(wallTime) ? wallTime : Date.now() / 1000;
+    if (this.start === null) this.start = wall;
+    const time = wall - this.start;
     for (const [key, value] of Object.entries(metrics)) {
       if (value === undefined) continue;
       let s = this.byKey.get(key);
       if (!s) {
-        s = { key, steps: [], values: [] };
+        s = { key, steps: [], values: [], times: [] };
         this.byKey.set(key, s);
       }
+      const times = (s.times ??= s.steps.map(() => Number.NaN));
       const last = s.steps.length - 1;
       if (last >= 0 && s.steps[last] === step) {
         s.values[last] = value;
+        times[last] = time;
       } else if (last >= 0 && s.steps[last] > step) {
         const at = s.steps.findIndex((x) => x >= step);
-        if (s.steps[at] === step) s.values[at] = value;
-        else {
+        if (s.steps[at] === step) {
+          s.values[at] = value;
+          times[at] = time;
+        } else {
           s.steps.splice(at, 0, step);
           s.values.splice(at, 0, value);
+          times.splice(at, 0, time);
         }
       } else {
         s.steps.push(step);
         s.values.push(value);
+        times.push(time);
       }
     }
   }

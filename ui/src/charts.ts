@@ -1,13 +1,17 @@
-// A chart panel on uPlot: several series over steps, EMA smoothing, values under the cursor in
-// the legend, drag to zoom (double-click or "Reset" to zoom out) with the zoomed range
-// re-decimated from the full data, and PNG export through the host's save dialog.
+// A chart panel on uPlot: several series over steps or wall time, EMA smoothing, values under
+// the cursor in the legend, drag to zoom (double-click or "Reset" to zoom out) with the zoomed
+// range re-decimated from the full data, and PNG or SVG export through the host's save dialog.
 
 import "./locale";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { commands } from "./bindings";
-import { STEP_INCRS, align, decimate, ema, flatRange, type Aligned, type Series } from "./chartData";
+import { STEP_INCRS, TIME_INCRS, align, decimate, ema, flatRange, formatDuration, onAxis, type Aligned, type Series, type XAxis } from "./chartData";
+import { chartSvg } from "./chartSvg";
 import { h } from "./dom";
+
+/** Every chart panel by id, for the console and the end-to-end tests (`window.__charts`). */
+export const chartPanels = new Map<string, ChartPanel>();
 
 const PALETTE = ["#1f6f5c", "#c2410c", "#2563eb", "#9333ea", "#b45309", "#0f766e", "#be123c", "#4d7c0f", "#475569", "#0369a1"];
 
@@ -25,6 +29,7 @@ export class ChartPanel {
   private raw: Aligned = [[]];
   private zoom: [number, number] | null = null;
   private settingData = false;
+  private xAxis: XAxis = "step";
 
   constructor(
     readonly id: string,
@@ -41,13 +46,36 @@ export class ChartPanel {
         h("h4", {}, title),
         h("button", { class: "chart-reset", title: "Zoom out to every step", onclick: () => this.resetZoom() }, "Reset zoom"),
         h("button", { class: "chart-export", title: "Save the chart as a PNG image", onclick: () => void this.exportPng() }, "PNG"),
+        h("button", { class: "chart-export-svg", title: "Save the chart as an SVG (vector) image", onclick: () => void this.exportSvg() }, "SVG"),
       ),
       this.body,
       this.note,
     );
     // A panel's width follows the window's (the grid's columns are fractions of it).
     window.addEventListener("resize", () => this.fit());
+    chartPanels.set(id, this);
     this.render();
+  }
+
+  /** Draws the series over steps or over wall time since the run's first metric. */
+  setXAxis(axis: XAxis): void {
+    if (axis === this.xAxis) return;
+    this.xAxis = axis;
+    this.zoom = null;
+    this.element.dataset.zoom = "";
+    this.element.dataset.xaxis = axis;
+    this.destroy();
+    this.render();
+  }
+
+  /** The label of the x axis as drawn. */
+  private axisLabel(): string {
+    return this.xAxis === "time" ? "wall time" : this.xLabel;
+  }
+
+  private formatX(v: number | null | undefined): string {
+    if (v === null || v === undefined) return "–";
+    return this.xAxis === "time" ? formatDuration(v) : String(v);
   }
 
   /** Replaces the series drawn, labelled by `labels` (default: their keys). */
@@ -81,8 +109,14 @@ export class ChartPanel {
       this.note.textContent = "No data yet.";
       return;
     }
+    const drawn = onAxis(this.series, this.xAxis);
+    if (drawn.every((s) => s.steps.length === 0)) {
+      this.destroy();
+      this.note.textContent = "No wall times were recorded for these curves.";
+      return;
+    }
     this.note.textContent = "";
-    const smoothed = this.series.map((s) => ({ ...s, values: ema(s.values, this.smoothing) }));
+    const smoothed = drawn.map((s) => ({ ...s, values: ema(s.values, this.smoothing) }));
     this.raw = align(smoothed);
     const shown = this.zoom ? decimate(this.raw, BUCKETS, this.zoom[0], this.zoom[1]) : decimate(this.raw, BUCKETS);
     if (!this.plot) {
@@ -113,7 +147,7 @@ export class ChartPanel {
         },
       },
       series: [
-        { label: this.xLabel, value: (_u, v) => (v === null || v === undefined ? "–" : String(v)) },
+        { label: this.axisLabel(), value: (_u, v) => this.formatX(v) },
         ...this.labels.map((label, i) => ({
           label,
           stroke: PALETTE[i % PALETTE.length],
@@ -126,7 +160,12 @@ export class ChartPanel {
           value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? "–" : Number(v.toPrecision(4)).toString()),
         })),
       ],
-      axes: [{ label: this.xLabel, size: 36, incrs: STEP_INCRS }, { size: 56 }],
+      axes: [
+        this.xAxis === "time"
+          ? { label: this.axisLabel(), size: 36, incrs: TIME_INCRS, values: (_u: uPlot, splits: number[]) => splits.map((v) => formatDuration(v)) }
+          : { label: this.axisLabel(), size: 36, incrs: STEP_INCRS },
+        { size: 56 },
+      ],
       cursor: {
         drag: { x: true, y: false, setScale: true },
         bind: { dblclick: () => () => null },
@@ -213,6 +252,44 @@ export class ChartPanel {
       ctx.fillText(label, 28, y - 4);
     });
     return out.toDataURL("image/png").replace(/^data:image\/png;base64,/, "");
+  }
+
+  /** The chart as drawn now (zoom included) as an SVG document, or `null` before any data. */
+  svgText(): string | null {
+    const plot = this.plot;
+    if (!plot) return null;
+    const { min: x0, max: x1 } = plot.scales.x;
+    const { min: y0, max: y1 } = plot.scales.y;
+    if (x0 == null || x1 == null || y0 == null || y1 == null) return null;
+    return chartSvg({
+      title: this.title,
+      xLabel: this.axisLabel(),
+      labels: this.labels,
+      colors: this.labels.map((_, i) => PALETTE[i % PALETTE.length]),
+      dashed: this.labels.map((_, i) => i % 2 === 1),
+      data: plot.data as unknown as Aligned,
+      x: [x0, x1],
+      y: [y0, y1],
+      width: plot.bbox.width / devicePixelRatio,
+      height: plot.bbox.height / devicePixelRatio,
+      formatX: (v) => this.formatX(v),
+      formatY: (v) => Number(v.toPrecision(4)).toString(),
+    });
+  }
+
+  /** Asks where to save the SVG (the host's dialog), or writes `path` when given. */
+  async exportSvg(path: string | null = null): Promise<string | null> {
+    const svg = this.svgText();
+    if (!svg) {
+      this.onError("Cannot save the chart", `${this.title} has no data to draw yet`);
+      return null;
+    }
+    const result = await commands.saveSvg(svg, this.id, path);
+    if (result.status === "error") {
+      this.onError(result.error.what, result.error.detail);
+      return null;
+    }
+    return result.data;
   }
 
   /** Asks where to save the PNG (the host's dialog), or writes `path` when given. */

@@ -15,6 +15,12 @@ interface Loaded {
 export class CompareView {
   private readonly runList = h("div", { id: "compare-runs", class: "compare-runs" });
   private readonly metricSelect = h("select", { id: "compare-metric", "aria-label": "Metric" });
+  private readonly xAxis = h(
+    "select",
+    { id: "compare-xaxis", "aria-label": "X axis" },
+    h("option", { value: "step" }, "step"),
+    h("option", { value: "time" }, "wall time"),
+  );
   private readonly chart = new ChartPanel("compare", "Metric by run", (what, detail) => this.showError({ what, detail, file: null, field: null }));
   private readonly table = h("table", { id: "compare-table", class: "data-table" });
   private readonly leftSelect = h("select", { id: "compare-left", "aria-label": "Left run" });
@@ -26,6 +32,7 @@ export class CompareView {
 
   constructor(root: HTMLElement) {
     this.metricSelect.addEventListener("change", () => this.drawChart());
+    this.xAxis.addEventListener("change", () => this.chart.setXAxis(this.xAxis.value === "time" ? "time" : "step"));
     root.replaceChildren(
       this.message,
       h(
@@ -35,7 +42,12 @@ export class CompareView {
         h(
           "div",
           { class: "compare-main" },
-          h("div", { class: "toolbar" }, h("label", {}, "Metric ", this.metricSelect)),
+          h(
+            "div",
+            { class: "toolbar" },
+            h("label", {}, "Metric ", this.metricSelect),
+            h("label", { title: "Overlay the runs over training steps or over wall time since each run's first step" }, "X axis ", this.xAxis),
+          ),
           this.chart.element,
           h("h3", {}, "Final values"),
           h("div", { class: "table-scroll" }, this.table),

@@ -4,11 +4,15 @@
 import "./locale";
 import "./style.css";
 import { commands } from "./bindings";
+import { chartPanels } from "./charts";
 import { CompareView } from "./compare";
 import { h } from "./dom";
 import { Editor } from "./editor";
 import { EpisodeViewer } from "./episodes";
 import { TrainingView } from "./training";
+
+// The chart panels by id, for the console and the end-to-end tests (e.g. an SVG export).
+(window as unknown as { __charts: typeof chartPanels }).__charts = chartPanels;
 
 interface Tabs {
   /** Shows a pane; `refresh` false skips its own refresh (the caller loads it). */

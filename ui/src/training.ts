@@ -43,6 +43,12 @@ export class TrainingView {
   private readonly log = h("pre", { id: "train-log", class: "log" });
   private readonly smoothing = h("input", { id: "train-smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: 0 });
   private readonly smoothingValue = h("span", { class: "file" }, "0.00");
+  private readonly xAxis = h(
+    "select",
+    { id: "train-xaxis", "aria-label": "X axis" },
+    h("option", { value: "step" }, "step"),
+    h("option", { value: "time" }, "wall time"),
+  );
 
   constructor(root: HTMLElement, getToml: () => string) {
     this.root = root;
@@ -55,6 +61,10 @@ export class TrainingView {
       this.smoothingValue.textContent = w.toFixed(2);
       for (const chart of this.charts) chart.setSmoothing(w);
     });
+    this.xAxis.addEventListener("change", () => {
+      const axis = this.xAxis.value === "time" ? "time" : "step";
+      for (const chart of this.charts) chart.setXAxis(axis);
+    });
     this.root.replaceChildren(
       h(
         "div",
@@ -66,6 +76,7 @@ export class TrainingView {
         this.stateLabel,
         this.runLabel,
         h("span", { class: "spacer" }),
+        h("label", { title: "Draw the curves over training steps or over wall time since the run's first step" }, "X axis ", this.xAxis),
         h("label", { title: "Exponential moving average of each curve (0 = raw values)" }, "Smoothing ", this.smoothing, " ", this.smoothingValue),
       ),
       h(
@@ -176,7 +187,7 @@ export class TrainingView {
         this.speedLabel.textContent = formatValue(event.tokens_per_sec);
         this.etaLabel.textContent = formatDuration(event.eta_secs);
         if (this.shownRun === event.run) {
-          this.store.addStep(event.step, event.metrics);
+          this.store.addStep(event.step, event.metrics, event.wall_time);
           this.queueRedraw();
         }
         break;

@@ -243,6 +243,84 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     assert_eq!(written, json!(png.display().to_string()));
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 
+    // The same chart as an SVG document (the SVG button's drawing, saved through the host's
+    // command); the webview's XML parser reads it back, and a copy goes with the screenshots.
+    let svg = dir.path().join("reward.svg");
+    s.script(
+        "window.__exported = null; \
+         const svg = window.__charts.get('reward').svgText(); \
+         window.__TAURI_INTERNALS__.invoke('save_svg', {svg, name: 'reward', path: arguments[0]}) \
+           .then((p) => { window.__exported = p; }, (e) => { window.__exported = 'error: ' + JSON.stringify(e); });",
+        json!([svg.display().to_string()]),
+    )
+    .unwrap();
+    let written = s
+        .wait_for(
+            "the SVG export",
+            "return window.__exported",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(written, json!(svg.display().to_string()));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg ") && text.contains("Reward per role"),
+        "{text}"
+    );
+    assert!(
+        text.contains("class=\"series\""),
+        "no curve in the SVG: {text}"
+    );
+    let parsed = s
+        .script(
+            "const d = new DOMParser().parseFromString(arguments[0], 'image/svg+xml'); \
+             return d.getElementsByTagName('parsererror').length === 0 && d.querySelectorAll('.series').length",
+            json!([text]),
+        )
+        .unwrap();
+    assert!(
+        parsed.as_f64().unwrap_or(0.0) >= 1.0,
+        "the SVG does not parse: {parsed}"
+    );
+    std::fs::copy(
+        &svg,
+        crate::screenshots_dir().join("studio-chart-reward.svg"),
+    )
+    .unwrap();
+    // What the file draws, rendered by the webview for the screenshot folder.
+    s.script(
+        "const view = document.createElement('div'); view.id = 'e2e-svg-view'; \
+         view.style = 'position:fixed;left:0;top:0;z-index:1000;background:white;padding:8px'; \
+         const img = document.createElement('img'); img.src = 'data:image/svg+xml;base64,' + btoa(arguments[0]); \
+         view.appendChild(img); document.body.appendChild(view);",
+        json!([text]),
+    )
+    .unwrap();
+    s.wait_for(
+        "the SVG to render",
+        "const img = document.querySelector('#e2e-svg-view img'); return img && img.complete && img.naturalWidth > 0",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    studio.shot("studio-chart-reward-svg", Some("#e2e-svg-view"));
+    s.script(
+        "document.getElementById('e2e-svg-view').remove()",
+        json!([]),
+    )
+    .unwrap();
+    let refused = s
+        .script(
+            "return window.__TAURI_INTERNALS__.invoke('save_svg', {svg: 'not an image', name: 'reward', path: arguments[0]}) \
+               .then(() => 'saved', (e) => JSON.stringify(e));",
+            json!([dir.path().join("bad.svg").display().to_string()]),
+        )
+        .unwrap();
+    assert!(
+        refused.as_str().unwrap_or("").contains("not an SVG"),
+        "{refused}"
+    );
+    assert!(!dir.path().join("bad.svg").exists());
+
     // Stop: the job checkpoints and ends as stopped; a second start would be refused before.
     s.click("#train-stop").unwrap();
     wait_stopped(&studio);
@@ -330,6 +408,29 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     assert!(diff.contains("- lr = 1e-4"), "{diff}");
     assert!(diff.contains("+ lr = 0.0002"), "{diff}");
     studio.shot("studio-compare", None);
+
+    // The same curves over wall time since each run's first step: run 2 started later but is
+    // drawn from zero too, so the x axis spans the longer run, not both runs back to back.
+    s.script(
+        "const x = document.getElementById('compare-xaxis'); x.value = 'time'; x.dispatchEvent(new Event('change'));",
+        json!([]),
+    )
+    .unwrap();
+    let span = s
+        .wait_for(
+            "the wall-time axis",
+            "const c = document.getElementById('chart-compare'); \
+             const axis = c.querySelector('.u-legend .u-series:first-child .u-label'); \
+             return c.dataset.xaxis === 'time' && Number(c.dataset.points) >= 2 && axis && axis.textContent === 'wall time' \
+               && window.__charts.get('compare').svgText()",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(
+        span.as_str().unwrap_or("").contains(">wall time</text>"),
+        "{span}"
+    );
+    studio.shot("studio-compare-wall-time", Some("#chart-compare"));
 
     // The run list shows both runs as stopped.
     s.click("#tab-runs").unwrap();

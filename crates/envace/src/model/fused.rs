@@ -1,5 +1,7 @@
 //! Fused CPU kernels with a real backward pass for the training forward: log-softmax over the
-//! vocabulary, scaled and masked attention softmax, RMSNorm, rotate-half RoPE and SiLU-gating.
+//! vocabulary, scaled and masked attention softmax, RMSNorm, rotate-half RoPE and SiLU-gating;
+//! and two without (generation only): attention of single decode positions over the KV cache,
+//! and products of a few rows with a weight matrix read in place (no packing).
 //!
 //! candle builds these from several elementwise ops, each of which allocates, writes and (in
 //! backward) reads a whole tensor again; fused, each is one pass forward and one pass backward,
@@ -602,6 +604,253 @@ impl CustomOp3 for SiluMulBackward {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Attention of one new position per row over the key/value cache (generation only).
+
+/// Grouped-query attention of `q: (b, h, 1, d)` over `k, v: (b, kv_heads, t, d)` (any strides
+/// with a contiguous last dimension, such as views of the cache buffers), keys masked by
+/// `allowed: (b, 1, 1, t)` u8; returns `(b, 1, h * d)`. One pass per (row, head) instead of two
+/// batched matmuls of `b × kv_heads` tiny products each, whose per-call cost grows with the
+/// batch. No backward: decoding only.
+pub(crate) fn decode_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    allowed: &Tensor,
+    scale: f64,
+) -> Result<Tensor> {
+    let (b, h, l, d) = q.dims4()?;
+    let (kb, n_kv, t, kd) = k.dims4()?;
+    if l != 1 || kb != b || kd != d || v.dims() != k.dims() || n_kv == 0 || h % n_kv != 0 {
+        bail!(
+            "fused decode attention: q {:?}, k {:?}, v {:?} do not fit one position per row",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        )
+    }
+    if allowed.dims() != [b, 1, 1, t] {
+        bail!(
+            "fused decode attention: the mask is {:?}, expected {:?}",
+            allowed.dims(),
+            [b, 1, 1, t]
+        )
+    }
+    let allowed = allowed.flatten_all()?.to_vec1::<u8>()?;
+    let op = DecodeAttention {
+        allowed,
+        n_heads: h,
+        n_kv_heads: n_kv,
+        scale: scale as f32,
+    };
+    q.contiguous()?
+        .apply_op3_no_bwd(k, v, &op)?
+        .reshape((b, 1, h * d))
+}
+
+struct DecodeAttention {
+    allowed: Vec<u8>,
+    n_heads: usize,
+    n_kv_heads: usize,
+    scale: f32,
+}
+
+/// A 4-d f32 view with arbitrary strides but a contiguous last dimension.
+struct View4<'a> {
+    data: &'a [f32],
+    offset: usize,
+    strides: [usize; 4],
+    last: usize,
+}
+
+impl<'a> View4<'a> {
+    fn new(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<Self> {
+        let CpuStorage::F32(data) = storage else {
+            bail!("{op}: expects f32 input, got {:?}", storage.dtype())
+        };
+        let (dims, stride) = (layout.dims(), layout.stride());
+        if dims.len() != 4 || (dims[3] > 1 && stride[3] != 1) {
+            bail!("{op}: expects a 4-d input with a contiguous last dimension")
+        }
+        Ok(View4 {
+            data,
+            offset: layout.start_offset(),
+            strides: [stride[0], stride[1], stride[2], 1],
+            last: dims[3],
+        })
+    }
+
+    fn row(&self, i: usize, j: usize, k: usize) -> &'a [f32] {
+        let start = self.offset + i * self.strides[0] + j * self.strides[1] + k * self.strides[2];
+        &self.data[start..start + self.last]
+    }
+}
+
+use super::quant::{dot_f32 as dot, dot4_f32};
+
+impl CustomOp3 for DecodeAttention {
+    fn name(&self) -> &'static str {
+        "fused-decode-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let q = f32s(s1, l1, self.name())?;
+        let (k, v) = (
+            View4::new(s2, l2, self.name())?,
+            View4::new(s3, l3, self.name())?,
+        );
+        let d = k.last;
+        let t = l2.dims()[2];
+        let n_rep = self.n_heads / self.n_kv_heads;
+        let b = q.len() / (self.n_heads * d);
+        let mut out = vec![0f32; q.len()];
+        let attend = |row: usize, o: &mut [f32]| {
+            let (bi, hi) = (row / self.n_heads, row % self.n_heads);
+            let kv_head = hi / n_rep;
+            let qs = &q[row * d..(row + 1) * d];
+            let mask = &self.allowed[bi * t..(bi + 1) * t];
+            let mut scores = vec![f32::NEG_INFINITY; t];
+            let mut max = f32::NEG_INFINITY;
+            for (j, score) in scores.iter_mut().enumerate() {
+                if mask[j] != 0 {
+                    *score = dot(qs, k.row(bi, kv_head, j)) * self.scale;
+                    max = max.max(*score);
+                }
+            }
+            if max == f32::NEG_INFINITY {
+                return; // no key allowed: zeros
+            }
+            let mut sum = 0f32;
+            for score in scores.iter_mut() {
+                *score = if *score == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (*score - max).exp()
+                };
+                sum += *score;
+            }
+            for (j, &p) in scores.iter().enumerate() {
+                if p != 0.0 {
+                    let w = p / sum;
+                    for (oi, &vi) in o.iter_mut().zip(v.row(bi, kv_head, j)) {
+                        *oi += w * vi;
+                    }
+                }
+            }
+        };
+        // Rows in parallel once each task gets enough keys to be worth a hand-over.
+        let min_rows = (CHUNK / (t * d).max(1)).max(1);
+        if b * self.n_heads <= min_rows {
+            out.chunks_mut(d)
+                .enumerate()
+                .for_each(|(r, o)| attend(r, o));
+        } else {
+            out.par_chunks_mut(d)
+                .enumerate()
+                .with_min_len(min_rows)
+                .for_each(|(r, o)| attend(r, o));
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `x · wᵀ` for a few rows (generation only).
+
+/// Rows at most for which [`small_linear`] beats the packed matmul: the `gemm` crate repacks the
+/// whole weight matrix on every call, which costs more than the product itself for a handful
+/// of decode rows.
+pub(crate) const SMALL_ROWS: usize = 32;
+
+/// Multiply-adds per rayon task of [`small_linear`], at least.
+const PARALLEL_MACS: usize = 1 << 20;
+
+/// `x (n, k) · wᵀ` for a Hugging Face weight `w: (out, k)`, each output a dot product of a row
+/// of `x` with a row of `w` read in place. No backward: decoding only.
+pub(crate) fn small_linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (n, k) = x.dims2()?;
+    let (out, wk) = w.dims2()?;
+    if k != wk {
+        bail!(
+            "fused small linear: x is {:?} but w is {:?}",
+            x.dims(),
+            w.dims()
+        )
+    }
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &SmallLinear { n, k, out })
+}
+
+struct SmallLinear {
+    n: usize,
+    k: usize,
+    out: usize,
+}
+
+impl CustomOp2 for SmallLinear {
+    fn name(&self) -> &'static str {
+        "fused-small-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s1, l1, self.name())?;
+        let w = f32s(s2, l2, self.name())?;
+        let (n, k) = (self.n, self.k);
+        // Output columns in parallel, written transposed (one weight row's n results together)
+        // and turned back at the end.
+        let mut transposed = vec![0f32; self.out * n];
+        let row = |r: usize| &x[r * k..(r + 1) * k];
+        let product = |o: usize, col: &mut [f32]| {
+            let wr = &w[o * k..(o + 1) * k];
+            let mut r = 0;
+            while r + 4 <= n {
+                let four = dot4_f32(wr, [row(r), row(r + 1), row(r + 2), row(r + 3)]);
+                col[r..r + 4].copy_from_slice(&four);
+                r += 4;
+            }
+            for (c, rr) in col[r..].iter_mut().zip(r..n) {
+                *c = dot(row(rr), wr);
+            }
+        };
+        // Handing work to rayon's threads wakes them (tens of microseconds): only products of a
+        // few million multiply-adds are worth it.
+        let min_cols = (PARALLEL_MACS / (n * k).max(1)).max(1);
+        if self.out <= min_cols {
+            transposed
+                .chunks_mut(n)
+                .enumerate()
+                .for_each(|(o, col)| product(o, col));
+        } else {
+            transposed
+                .par_chunks_mut(n)
+                .enumerate()
+                .with_min_len(min_cols)
+                .for_each(|(o, col)| product(o, col));
+        }
+        let mut result = vec![0f32; n * self.out];
+        for (o, col) in transposed.chunks(n).enumerate() {
+            for (r, &v) in col.iter().enumerate() {
+                result[r * self.out + o] = v;
+            }
+        }
+        Ok((CpuStorage::F32(result), Shape::from((n, self.out))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{D, Device, Var};
@@ -773,6 +1022,62 @@ mod tests {
             |t| (t[0].silu().unwrap() * &t[1]).unwrap(),
             1e-4,
         );
+    }
+
+    #[test]
+    fn decode_attention_matches_matmul_attention_over_a_cache_view() {
+        let (b, h, n_kv, t, d, cap) = (3, 4, 2, 5, 8, 7);
+        let q = Tensor::from_vec(values(b * h * d, 11), (b, h, 1, d), &Device::Cpu).unwrap();
+        // Keys and values as views of larger cache buffers (the first t of cap positions).
+        let buffer = |seed| {
+            Tensor::from_vec(
+                values(b * n_kv * cap * d, seed),
+                (b, n_kv, cap, d),
+                &Device::Cpu,
+            )
+            .unwrap()
+        };
+        let (k, v) = (
+            buffer(12).narrow(2, 0, t).unwrap(),
+            buffer(13).narrow(2, 0, t).unwrap(),
+        );
+        // Row 1 cannot see its first two keys (left padding).
+        let mut mask = vec![1u8; b * t];
+        mask[t] = 0;
+        mask[t + 1] = 0;
+        let allowed = Tensor::from_vec(mask, (b, 1, 1, t), &Device::Cpu).unwrap();
+        let scale = 0.3;
+        let fused = decode_attention(&q, &k, &v, &allowed, scale).unwrap();
+        let n_rep = h / n_kv;
+        let qg = q.reshape((b, n_kv, n_rep, d)).unwrap();
+        let scores = (qg.matmul(&k.contiguous().unwrap().t().unwrap()).unwrap() * scale)
+            .unwrap()
+            .reshape((b, h, 1, t))
+            .unwrap();
+        let probs = masked_softmax(&scores, &allowed, 1.0).unwrap();
+        let expected = probs
+            .reshape((b, n_kv, n_rep, t))
+            .unwrap()
+            .matmul(&v.contiguous().unwrap())
+            .unwrap()
+            .reshape((b, 1, h * d))
+            .unwrap();
+        assert_eq!(fused.dims(), [b, 1, h * d]);
+        let diff = max_abs_diff(&fused, &expected);
+        assert!(diff < 1e-5, "decode attention differs by {diff}");
+    }
+
+    #[test]
+    fn small_linear_matches_matmul_with_the_transposed_weight() {
+        for n in [1, 3, 17] {
+            let x = Tensor::from_vec(values(n * 40, 14), (n, 40), &Device::Cpu).unwrap();
+            let w = Tensor::from_vec(values(300 * 40, 15), (300, 40), &Device::Cpu).unwrap();
+            let fused = small_linear(&x, &w).unwrap();
+            let expected = x.matmul(&w.t().unwrap()).unwrap();
+            assert_eq!(fused.dims(), [n, 300]);
+            let diff = max_abs_diff(&fused, &expected);
+            assert!(diff < 1e-4, "{n} rows: differs by {diff}");
+        }
     }
 
     #[test]

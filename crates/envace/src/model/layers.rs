@@ -35,11 +35,23 @@ pub(crate) struct Step {
 }
 
 /// `x @ w.T` for a Hugging Face `(out, in)` weight, over any number of leading dimensions.
+/// A few rows (but not one) without gradient, as batched decoding has, take the in-place
+/// product of [`fused::small_linear`].
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let dims = x.dims();
     let n_in = dims[dims.len() - 1];
     let n_rows = x.elem_count() / n_in;
-    let y = x.reshape((n_rows, n_in))?.matmul(&w.t()?)?;
+    let x2 = x.reshape((n_rows, n_in))?;
+    // One row is a matrix-vector product, which the matmul does without packing.
+    let y = if (2..=fused::SMALL_ROWS).contains(&n_rows)
+        && fused::applies(x)
+        && !x.track_op()
+        && !w.track_op()
+    {
+        fused::small_linear(&x2, w)?
+    } else {
+        x2.matmul(&w.t()?)?
+    };
     let mut out_dims = dims.to_vec();
     let last = out_dims.len() - 1;
     out_dims[last] = w.dim(0)?;
@@ -144,13 +156,18 @@ pub(crate) fn attention(
     let (b, n_heads, l, head_dim) = q.dims4()?;
     let n_kv_heads = k.dim(1)?;
     let n_rep = n_heads / n_kv_heads;
+    let scale = 1.0 / (head_dim as f64).sqrt();
     let (k, v) = match kv {
+        // One new position per row (decoding): one fused pass over the cache.
+        Some(cache) if l == 1 && step.mode == Mode::Generate && fused::applies(q) => {
+            let (k, v) = cache.append(k, v)?;
+            return fused::decode_attention(q, &k, &v, &step.allowed, scale);
+        }
         Some(cache) => cache.append(k, v)?,
         // Views of the cache buffers are laid out as matmul wants; a fresh `v` is a transpose.
         None => (k.clone(), v.contiguous()?),
     };
     let t = k.dim(2)?;
-    let scale = 1.0 / (head_dim as f64).sqrt();
     let q = q
         .contiguous()?
         .reshape((b, n_kv_heads, n_rep * l, head_dim))?;

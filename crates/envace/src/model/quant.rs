@@ -327,6 +327,30 @@ pub fn best_kernel() -> Kernel {
     Kernel::Scalar
 }
 
+/// `Σ a[i] · b[i]` over the shorter of two f32 slices, with the AVX2 kernel where the CPU has
+/// it (decoding's attention and small-batch products use it on plain f32 weights).
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if best_kernel() == Kernel::Avx2 {
+            return avx2::dot_f32_checked(a, b);
+        }
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Four dot products of `w` with `xs[0..4]` at once (each `x` at least as long as `w`): `w` is
+/// read once for all four, and four independent sums keep the FMA units busy.
+pub fn dot4_f32(w: &[f32], xs: [&[f32]; 4]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if best_kernel() == Kernel::Avx2 {
+            return avx2::dot4_f32_checked(w, xs);
+        }
+    }
+    xs.map(|x| w.iter().zip(x).map(|(a, b)| a * b).sum())
+}
+
 /// `out (m, n) = x (m, k) · wᵀ` with `w: (n, k)` quantised, `x` already quantised to Q8_1;
 /// rows of `w` are shared out over rayon's threads.
 pub fn matmul(w: &QMatrix, x: &Q8Rows, out: &mut [f32], kernel: Kernel) {
@@ -519,6 +543,47 @@ mod avx2 {
         // u8 × i8 pairs summed to i16 (at most 2 · 15 · 128, no saturation), then to i32.
         let pairs = _mm256_maddubs_epi16(codes, xs);
         _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+
+    /// [`dot_f32`] for callers that checked the CPU has AVX2 and FMA.
+    pub(super) fn dot_f32_checked(a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: every caller checked `best_kernel() == Kernel::Avx2` (AVX2 and FMA present).
+        unsafe { dot_f32(a, b) }
+    }
+
+    /// [`super::dot4_f32`] for callers that checked the CPU has AVX2 and FMA.
+    pub(super) fn dot4_f32_checked(w: &[f32], xs: [&[f32]; 4]) -> [f32; 4] {
+        assert!(
+            xs.iter().all(|x| x.len() >= w.len()),
+            "dot4_f32: an x is shorter than w"
+        );
+        // SAFETY: every caller checked `best_kernel() == Kernel::Avx2`; lengths checked above.
+        unsafe { dot4_f32(w, xs) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    fn dot4_f32(w: &[f32], xs: [&[f32]; 4]) -> [f32; 4] {
+        let n = w.len();
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` and every slice holds at least `n` values (checked above).
+            unsafe {
+                let vw = _mm256_loadu_ps(w.as_ptr().add(i));
+                for (a, x) in acc.iter_mut().zip(&xs) {
+                    *a = _mm256_fmadd_ps(vw, _mm256_loadu_ps(x.as_ptr().add(i)), *a);
+                }
+            }
+            i += 8;
+        }
+        let mut out = [0f32; 4];
+        for (o, (a, x)) in out.iter_mut().zip(acc.iter().zip(&xs)) {
+            *o = horizontal_sum(*a);
+            for j in i..n {
+                *o += w[j] * x[j];
+            }
+        }
+        out
     }
 
     /// `Σ a[i] · b[i]` over the shorter slice, eight at a time.

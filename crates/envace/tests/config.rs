@@ -91,6 +91,8 @@ fn presets_differ_only_where_they_say() {
     // Same budget and model: the comparison is fair.
     assert_eq!(quickstart.rl.n_steps, real.rl.n_steps);
     assert_eq!(quickstart.model, real.model);
+    assert_eq!(quickstart.sft, real.sft);
+    assert_eq!(quickstart.model, frozen.model);
     assert_eq!(quickstart.sft, frozen.sft);
 }
 

@@ -577,24 +577,7 @@ pub async fn save_png(
             format!("the image of {name} is not a PNG"),
         ));
     }
-    let target = match path {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let picked = app
-                .dialog()
-                .file()
-                .add_filter("PNG image", &["png"])
-                .set_file_name(format!("{name}.png"))
-                .blocking_save_file();
-            match picked.and_then(|file| file.into_path().ok()) {
-                Some(path) => path,
-                None => return Ok(None),
-            }
-        }
-    };
-    envace::fsutil::write_atomically(&target, &bytes)
-        .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
-    Ok(Some(target.display().to_string()))
+    save_chart_file(&app, &name, ("PNG image", "png"), &bytes, path)
 }
 
 /// Saves a chart drawn as SVG text to `path`, or asks where when there is none. Returns the
@@ -620,14 +603,26 @@ pub async fn save_svg(
             format!("the drawing of {name} is not an SVG document"),
         ));
     }
+    save_chart_file(&app, &name, ("SVG image", "svg"), svg.as_bytes(), path)
+}
+
+/// Writes a chart file atomically to `path`, or where the save dialog (filtered to `kind`:
+/// description and extension) says; `None` when the person cancelled.
+fn save_chart_file(
+    app: &tauri::AppHandle,
+    name: &str,
+    (description, extension): (&str, &str),
+    bytes: &[u8],
+    path: Option<String>,
+) -> Result<Option<String>, StudioError> {
     let target = match path {
         Some(path) => PathBuf::from(path),
         None => {
             let picked = app
                 .dialog()
                 .file()
-                .add_filter("SVG image", &["svg"])
-                .set_file_name(format!("{name}.svg"))
+                .add_filter(description, &[extension])
+                .set_file_name(format!("{name}.{extension}"))
                 .blocking_save_file();
             match picked.and_then(|file| file.into_path().ok()) {
                 Some(path) => path,
@@ -635,7 +630,7 @@ pub async fn save_svg(
             }
         }
     };
-    envace::fsutil::write_atomically(&target, svg.as_bytes())
+    envace::fsutil::write_atomically(&target, bytes)
         .map_err(|err| StudioError::from_engine("Cannot save the chart", &err))?;
     Ok(Some(target.display().to_string()))
 }

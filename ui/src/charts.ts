@@ -10,6 +10,13 @@ import { STEP_INCRS, TIME_INCRS, align, decimate, ema, flatRange, formatDuration
 import { chartSvg } from "./chartSvg";
 import { h } from "./dom";
 
+/** A "step / wall time" select that calls `onChange` with the axis picked. */
+export function xAxisSelect(id: string, onChange: (axis: XAxis) => void): HTMLSelectElement {
+  const select = h("select", { id, "aria-label": "X axis" }, h("option", { value: "step" }, "step"), h("option", { value: "time" }, "wall time"));
+  select.addEventListener("change", () => onChange(select.value === "time" ? "time" : "step"));
+  return select;
+}
+
 /** Every chart panel by id, for the console and the end-to-end tests (`window.__charts`). */
 export const chartPanels = new Map<string, ChartPanel>();
 
@@ -278,28 +285,22 @@ export class ChartPanel {
   }
 
   /** Asks where to save the SVG (the host's dialog), or writes `path` when given. */
-  async exportSvg(path: string | null = null): Promise<string | null> {
-    const svg = this.svgText();
-    if (!svg) {
-      this.onError("Cannot save the chart", `${this.title} has no data to draw yet`);
-      return null;
-    }
-    const result = await commands.saveSvg(svg, this.id, path);
-    if (result.status === "error") {
-      this.onError(result.error.what, result.error.detail);
-      return null;
-    }
-    return result.data;
+  exportSvg(path: string | null = null): Promise<string | null> {
+    return this.export(this.svgText(), (svg) => commands.saveSvg(svg, this.id, path));
   }
 
   /** Asks where to save the PNG (the host's dialog), or writes `path` when given. */
-  async exportPng(path: string | null = null): Promise<string | null> {
-    const png = this.pngBase64();
-    if (!png) {
+  exportPng(path: string | null = null): Promise<string | null> {
+    return this.export(this.pngBase64(), (png) => commands.savePng(png, this.id, path));
+  }
+
+  /** Hands the drawn chart to the host's save command; reports a chart with no data or a failure. */
+  private async export(drawn: string | null, save: (drawn: string) => ReturnType<typeof commands.savePng>): Promise<string | null> {
+    if (!drawn) {
       this.onError("Cannot save the chart", `${this.title} has no data to draw yet`);
       return null;
     }
-    const result = await commands.savePng(png, this.id, path);
+    const result = await save(drawn);
     if (result.status === "error") {
       this.onError(result.error.what, result.error.detail);
       return null;

@@ -3,7 +3,7 @@
 
 import { commands, type RunInfo, type StudioError } from "./bindings";
 import { SeriesStore, formatValue, lastValue, type Series } from "./chartData";
-import { ChartPanel } from "./charts";
+import { ChartPanel, xAxisSelect } from "./charts";
 import { renderDiff } from "./diffView";
 import { h } from "./dom";
 
@@ -15,12 +15,7 @@ interface Loaded {
 export class CompareView {
   private readonly runList = h("div", { id: "compare-runs", class: "compare-runs" });
   private readonly metricSelect = h("select", { id: "compare-metric", "aria-label": "Metric" });
-  private readonly xAxis = h(
-    "select",
-    { id: "compare-xaxis", "aria-label": "X axis" },
-    h("option", { value: "step" }, "step"),
-    h("option", { value: "time" }, "wall time"),
-  );
+  private readonly xAxis = xAxisSelect("compare-xaxis", (axis) => this.chart.setXAxis(axis));
   private readonly chart = new ChartPanel("compare", "Metric by run", (what, detail) => this.showError({ what, detail, file: null, field: null }));
   private readonly table = h("table", { id: "compare-table", class: "data-table" });
   private readonly leftSelect = h("select", { id: "compare-left", "aria-label": "Left run" });
@@ -32,7 +27,6 @@ export class CompareView {
 
   constructor(root: HTMLElement) {
     this.metricSelect.addEventListener("change", () => this.drawChart());
-    this.xAxis.addEventListener("change", () => this.chart.setXAxis(this.xAxis.value === "time" ? "time" : "step"));
     root.replaceChildren(
       this.message,
       h(

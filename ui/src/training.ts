@@ -6,7 +6,7 @@
 import { commands, events, type StudioError, type TrainingEvent } from "./bindings";
 import { BenchmarkPanel, FidelityHeatmap } from "./benchmarks";
 import { CHARTS, SeriesStore, formatDuration, formatValue, keysFor } from "./chartData";
-import { ChartPanel } from "./charts";
+import { ChartPanel, xAxisSelect } from "./charts";
 import { h } from "./dom";
 
 type JobState = "idle" | "starting" | "running" | "pausing" | "paused" | "stopping";
@@ -43,12 +43,9 @@ export class TrainingView {
   private readonly log = h("pre", { id: "train-log", class: "log" });
   private readonly smoothing = h("input", { id: "train-smoothing", type: "range", min: 0, max: 0.99, step: 0.01, value: 0 });
   private readonly smoothingValue = h("span", { class: "file" }, "0.00");
-  private readonly xAxis = h(
-    "select",
-    { id: "train-xaxis", "aria-label": "X axis" },
-    h("option", { value: "step" }, "step"),
-    h("option", { value: "time" }, "wall time"),
-  );
+  private readonly xAxis = xAxisSelect("train-xaxis", (axis) => {
+    for (const chart of this.charts) chart.setXAxis(axis);
+  });
 
   constructor(root: HTMLElement, getToml: () => string) {
     this.root = root;
@@ -60,10 +57,6 @@ export class TrainingView {
       const w = Number(this.smoothing.value);
       this.smoothingValue.textContent = w.toFixed(2);
       for (const chart of this.charts) chart.setSmoothing(w);
-    });
-    this.xAxis.addEventListener("change", () => {
-      const axis = this.xAxis.value === "time" ? "time" : "step";
-      for (const chart of this.charts) chart.setXAxis(axis);
     });
     this.root.replaceChildren(
       h(

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::webdriver::Session;
 use super::{Studio, TAB};
 
 /// A job small enough for a debug build: functions domain (no data files), 30 short SFT steps
@@ -123,6 +124,25 @@ fn show_a_rehearsed_call(studio: &Studio) {
     panic!("no step of {steps:?} recorded a rehearsed call");
 }
 
+/// Calls chart panel `chart`'s `method` (`exportPng` or `exportSvg`) with `path` and waits for
+/// the path it reports written (or a message saying why none was).
+fn export_chart(s: &Session, chart: &str, method: &str, path: &std::path::Path) -> Value {
+    s.script(
+        "window.__exported = null; \
+         window.__charts.get(arguments[0])[arguments[1]](arguments[2]).then( \
+           (p) => { window.__exported = p ?? 'nothing written (see the error message)'; }, \
+           (e) => { window.__exported = 'error: ' + e; });",
+        json!([chart, method, path.display().to_string()]),
+    )
+    .unwrap();
+    s.wait_for(
+        &format!("the {method} of {chart}"),
+        "return window.__exported",
+        Duration::from_secs(20),
+    )
+    .unwrap()
+}
+
 #[test]
 fn train_watch_live_view_episodes_and_compare_runs() {
     let started = std::time::Instant::now();
@@ -222,46 +242,20 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     assert!(tools.as_f64().unwrap() >= 1.0, "no tool row in the heatmap");
     studio.shot("studio-training-benchmarks", Some("#bench-panel"));
 
-    // A chart's image saves as a PNG through the host's command (given a path, so that no
-    // dialog opens; the PNG button asks where).
+    // A chart saves as a PNG and as an SVG document through the panel's export, as its PNG and
+    // SVG buttons do (given a path, so that no dialog opens; the buttons ask where).
     let png = dir.path().join("reward.png");
-    s.script(
-        "window.__exported = null; \
-         const png = document.querySelector('#chart-reward canvas').toDataURL('image/png').split(',')[1]; \
-         window.__TAURI_INTERNALS__.invoke('save_png', {pngBase64: png, name: 'reward', path: arguments[0]}) \
-           .then((p) => { window.__exported = p; }, (e) => { window.__exported = 'error: ' + JSON.stringify(e); });",
-        json!([png.display().to_string()]),
-    )
-    .unwrap();
-    let written = s
-        .wait_for(
-            "the PNG export",
-            "return window.__exported",
-            Duration::from_secs(20),
-        )
-        .unwrap();
-    assert_eq!(written, json!(png.display().to_string()));
+    assert_eq!(
+        export_chart(s, "reward", "exportPng", &png),
+        json!(png.display().to_string())
+    );
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
-
-    // The same chart as an SVG document (the SVG button's drawing, saved through the host's
-    // command); the webview's XML parser reads it back, and a copy goes with the screenshots.
+    // The webview's XML parser reads the SVG back, and a copy goes with the screenshots.
     let svg = dir.path().join("reward.svg");
-    s.script(
-        "window.__exported = null; \
-         const svg = window.__charts.get('reward').svgText(); \
-         window.__TAURI_INTERNALS__.invoke('save_svg', {svg, name: 'reward', path: arguments[0]}) \
-           .then((p) => { window.__exported = p; }, (e) => { window.__exported = 'error: ' + JSON.stringify(e); });",
-        json!([svg.display().to_string()]),
-    )
-    .unwrap();
-    let written = s
-        .wait_for(
-            "the SVG export",
-            "return window.__exported",
-            Duration::from_secs(20),
-        )
-        .unwrap();
-    assert_eq!(written, json!(svg.display().to_string()));
+    assert_eq!(
+        export_chart(s, "reward", "exportSvg", &svg),
+        json!(svg.display().to_string())
+    );
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(
         text.starts_with("<svg ") && text.contains("Reward per role"),

@@ -97,37 +97,8 @@ impl CustomOp1 for LogSoftmax {
         // d x_i = g_i - softmax_i × Σ_j g_j.
         let grad = grad_res
             .contiguous()?
-            .apply_op2_no_bwd(&res.contiguous()?, &LogSoftmaxBackward)?;
+            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward::Log)?;
         Ok(Some(grad))
-    }
-}
-
-struct LogSoftmaxBackward;
-
-impl CustomOp2 for LogSoftmaxBackward {
-    fn name(&self) -> &'static str {
-        "fused-log-softmax-backward"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let g = f32s(s1, l1, self.name())?;
-        let y = f32s(s2, l2, self.name())?;
-        let n = last_dim(l1.shape(), self.name())?;
-        let mut out = vec![0f32; g.len()];
-        for_rows(&mut out, n, |r, row| {
-            let (gs, ys) = (&g[r * n..(r + 1) * n], &y[r * n..(r + 1) * n]);
-            let total: f32 = gs.iter().sum();
-            for ((o, &gi), &yi) in row.iter_mut().zip(gs).zip(ys) {
-                *o = gi - yi.exp() * total;
-            }
-        });
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
 
@@ -229,18 +200,24 @@ impl CustomOp2 for MaskedSoftmax {
         // d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0 and get 0.
         let grad = grad_res
             .contiguous()?
-            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward { scale: self.scale })?;
+            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward::Scaled(self.scale))?;
         Ok((Some(grad), None))
     }
 }
 
-struct SoftmaxBackward {
-    scale: f32,
+/// The backward pass of [`LogSoftmax`] (given its output) or of [`MaskedSoftmax`] with its
+/// scale (given the probabilities), row by row with the incoming gradient.
+enum SoftmaxBackward {
+    Log,
+    Scaled(f32),
 }
 
 impl CustomOp2 for SoftmaxBackward {
     fn name(&self) -> &'static str {
-        "fused-softmax-backward"
+        match self {
+            SoftmaxBackward::Log => "fused-log-softmax-backward",
+            SoftmaxBackward::Scaled(_) => "fused-softmax-backward",
+        }
     }
 
     fn cpu_fwd(
@@ -251,14 +228,26 @@ impl CustomOp2 for SoftmaxBackward {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let g = f32s(s1, l1, self.name())?;
-        let p = f32s(s2, l2, self.name())?;
+        let y = f32s(s2, l2, self.name())?;
         let n = last_dim(l1.shape(), self.name())?;
         let mut out = vec![0f32; g.len()];
         for_rows(&mut out, n, |r, row| {
-            let (gs, ps) = (&g[r * n..(r + 1) * n], &p[r * n..(r + 1) * n]);
-            let dot: f32 = gs.iter().zip(ps).map(|(&gi, &pi)| gi * pi).sum();
-            for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ps) {
-                *o = self.scale * pi * (gi - dot);
+            let (gs, ys) = (&g[r * n..(r + 1) * n], &y[r * n..(r + 1) * n]);
+            match *self {
+                // y = log p: d x_i = g_i − p_i × Σ_j g_j.
+                SoftmaxBackward::Log => {
+                    let total: f32 = gs.iter().sum();
+                    for ((o, &gi), &yi) in row.iter_mut().zip(gs).zip(ys) {
+                        *o = gi - yi.exp() * total;
+                    }
+                }
+                // y = p: d s_i = scale × p_i × (g_i − Σ_j g_j p_j).
+                SoftmaxBackward::Scaled(scale) => {
+                    let dot: f32 = gs.iter().zip(ys).map(|(&gi, &pi)| gi * pi).sum();
+                    for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ys) {
+                        *o = scale * pi * (gi - dot);
+                    }
+                }
             }
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
@@ -609,14 +598,14 @@ impl CustomOp3 for SiluMulBackward {
 
 /// Grouped-query attention of `q: (b, h, 1, d)` over `k, v: (b, kv_heads, t, d)` (any strides
 /// with a contiguous last dimension, such as views of the cache buffers), keys masked by
-/// `allowed: (b, 1, 1, t)` u8; returns `(b, 1, h * d)`. One pass per (row, head) instead of two
+/// `allowed`: `b × t` bytes, 1 where the row may see the key; returns `(b, 1, h * d)`. One pass per (row, head) instead of two
 /// batched matmuls of `b × kv_heads` tiny products each, whose per-call cost grows with the
 /// batch. No backward: decoding only.
 pub(crate) fn decode_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    allowed: &Tensor,
+    allowed: &[u8],
     scale: f64,
 ) -> Result<Tensor> {
     let (b, h, l, d) = q.dims4()?;
@@ -629,14 +618,12 @@ pub(crate) fn decode_attention(
             v.dims()
         )
     }
-    if allowed.dims() != [b, 1, 1, t] {
+    if allowed.len() != b * t {
         bail!(
-            "fused decode attention: the mask is {:?}, expected {:?}",
-            allowed.dims(),
-            [b, 1, 1, t]
+            "fused decode attention: the mask has {} bytes, expected {b} rows × {t} keys",
+            allowed.len()
         )
     }
-    let allowed = allowed.flatten_all()?.to_vec1::<u8>()?;
     let op = DecodeAttention {
         allowed,
         n_heads: h,
@@ -648,8 +635,8 @@ pub(crate) fn decode_attention(
         .reshape((b, 1, h * d))
 }
 
-struct DecodeAttention {
-    allowed: Vec<u8>,
+struct DecodeAttention<'a> {
+    allowed: &'a [u8],
     n_heads: usize,
     n_kv_heads: usize,
     scale: f32,
@@ -688,7 +675,7 @@ impl<'a> View4<'a> {
 
 use super::quant::{dot_f32 as dot, dot4_f32};
 
-impl CustomOp3 for DecodeAttention {
+impl CustomOp3 for DecodeAttention<'_> {
     fn name(&self) -> &'static str {
         "fused-decode-attention"
     }
@@ -1047,7 +1034,8 @@ mod tests {
         mask[t + 1] = 0;
         let allowed = Tensor::from_vec(mask, (b, 1, 1, t), &Device::Cpu).unwrap();
         let scale = 0.3;
-        let fused = decode_attention(&q, &k, &v, &allowed, scale).unwrap();
+        let mask = allowed.flatten_all().unwrap().to_vec1::<u8>().unwrap();
+        let fused = decode_attention(&q, &k, &v, &mask, scale).unwrap();
         let n_rep = h / n_kv;
         let qg = q.reshape((b, n_kv, n_rep, d)).unwrap();
         let scores = (qg.matmul(&k.contiguous().unwrap().t().unwrap()).unwrap() * scale)

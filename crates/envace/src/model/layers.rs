@@ -32,6 +32,9 @@ pub(crate) struct Step {
     pub sin: Tensor,
     /// `(b, 1, l, t)`, 1 where query `i` may attend to key `j`, as `u8`.
     pub allowed: Tensor,
+    /// The same mask as `b × t` host bytes when decoding one position per row on the CPU, read
+    /// once for every layer's [`fused::decode_attention`].
+    pub decode_allowed: Option<Vec<u8>>,
 }
 
 /// `x @ w.T` for a Hugging Face `(out, in)` weight, over any number of leading dimensions.
@@ -159,9 +162,10 @@ pub(crate) fn attention(
     let scale = 1.0 / (head_dim as f64).sqrt();
     let (k, v) = match kv {
         // One new position per row (decoding): one fused pass over the cache.
-        Some(cache) if l == 1 && step.mode == Mode::Generate && fused::applies(q) => {
+        Some(cache) if fused::applies(q) && step.decode_allowed.is_some() => {
             let (k, v) = cache.append(k, v)?;
-            return fused::decode_attention(q, &k, &v, &step.allowed, scale);
+            let allowed = step.decode_allowed.as_deref().unwrap_or_default();
+            return fused::decode_attention(q, &k, &v, allowed, scale);
         }
         Some(cache) => cache.append(k, v)?,
         // Views of the cache buffers are laid out as matmul wants; a fresh `v` is a transpose.

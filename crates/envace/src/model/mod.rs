@@ -1159,11 +1159,17 @@ impl Policy {
         let allowed = causal
             .broadcast_mul(&key_real)?
             .broadcast_maximum(&itself)?;
+        let decode_allowed = if mode == Mode::Generate && l == 1 && dev.is_cpu() {
+            Some(allowed.flatten_all()?.to_vec1::<u8>()?)
+        } else {
+            None
+        };
         Ok(Step {
             mode,
             cos,
             sin,
             allowed,
+            decode_allowed,
         })
     }
 }

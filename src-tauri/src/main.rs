@@ -25,16 +25,15 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
-        let n = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        // candle 0.11.1 counts physical cores by reading /proc/cpuinfo on every matmul unless
-        // RAYON_NUM_THREADS is set. Writing the environment is sound here: no other thread
-        // exists yet at the start of main.
-        #[allow(unsafe_code)] // The one environment write of the process, single-threaded.
+    for (key, value) in envace::runtime::environment_defaults(None) {
+        // Thread counts and candle's spin limit (see `envace::runtime`). Writing the
+        // environment is sound here: no other thread exists yet at the start of main.
+        #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
         unsafe {
-            std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+            std::env::set_var(key, value);
         }
     }
+    envace::runtime::keep_freed_memory();
     let args = Args::parse();
     let store_path = match args.store.map_or_else(envace::store::default_path, Ok) {
         Ok(path) => path,

@@ -277,23 +277,17 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-/// Sets `RAYON_NUM_THREADS` (to `n_threads`, else to the available parallelism when it is
-/// unset): candle 0.11.1 otherwise counts physical cores by reading `/proc/cpuinfo` on every
-/// matmul, which made decoding about 4× slower here (see `xtask/src/bench.rs`).
+/// Sets the compute environment `envace::runtime` asks for: `RAYON_NUM_THREADS` (to
+/// `n_threads`, else to the available parallelism when it is unset) and candle's pool spin
+/// limit, and keeps freed memory in the allocator.
 pub(crate) fn pin_compute_threads(n_threads: Option<usize>) {
-    let wanted = match n_threads {
-        Some(n) if n > 0 => n,
-        _ => {
-            if std::env::var_os("RAYON_NUM_THREADS").is_some() {
-                return;
-            }
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    for (key, value) in envace::runtime::environment_defaults(n_threads) {
+        // Writing the environment is only sound while no other thread reads it: this runs at
+        // the start of `main` and before the training controller starts its threads.
+        #[allow(unsafe_code)] // The environment writes of the process, single-threaded (above).
+        unsafe {
+            std::env::set_var(key, value);
         }
-    };
-    // Writing the environment is only sound while no other thread reads it: this runs at the
-    // start of `main` and before the training controller starts its threads.
-    #[allow(unsafe_code)] // The one environment write of the process, single-threaded (above).
-    unsafe {
-        std::env::set_var("RAYON_NUM_THREADS", wanted.to_string());
     }
+    envace::runtime::keep_freed_memory();
 }

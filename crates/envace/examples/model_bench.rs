@@ -4,8 +4,9 @@
 //!
 //! `cargo run --release -p envace --example model_bench [-- --quick] [--no-smollm2]`
 //!
-//! For profiling one part alone: `-- --only tiny-decode` (single-stream and batched decoding of
-//! the tiny model) or `-- --only q4-decode` (SmolLM2 on our quantised kernels).
+//! For profiling one part alone: `-- --only train` (the tiny model's training steps),
+//! `-- --only tiny-decode` (single-stream and batched decoding of the tiny model) or
+//! `-- --only q4-decode` (SmolLM2 on our quantised kernels).
 
 use candle_core::{DType, Device};
 use envace::model::bench::{self, BenchOptions};
@@ -17,6 +18,15 @@ use envace::model::{Gguf, Policy};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // The settings our binaries run training and decoding with (see `envace::runtime`).
+    for (key, value) in envace::runtime::environment_defaults(None) {
+        // SAFETY: the start of main, before any other thread exists.
+        #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
+        unsafe {
+            std::env::set_var(key, value)
+        };
+    }
+    envace::runtime::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();
     let mut only = None;
@@ -29,9 +39,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 options.n_decode_tokens = 16;
             }
             "--no-smollm2" => options.smollm2 = false,
+            "--train-steps" => {
+                options.n_train_steps = args_iter
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--train-steps needs a whole number")?;
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --quick, --no-smollm2 or --only PART"
+                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N or --only PART"
                 )
                 .into());
             }
@@ -66,8 +82,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{}", serde_json::to_string(&figures)?);
             return Ok(());
         }
+        Some("train") => {
+            let tiny = Policy::init(bench::tiny_default_config()?, 0, &Device::Cpu, DType::F32)?;
+            let figures = bench::bench_train(
+                &tiny,
+                options.train_batch,
+                options.train_seq_len,
+                options.n_train_steps,
+            )?;
+            println!("{}", serde_json::to_string(&figures)?);
+            return Ok(());
+        }
         Some(other) => {
-            return Err(format!("unknown part {other:?}; use tiny-decode or q4-decode").into());
+            return Err(
+                format!("unknown part {other:?}; use train, tiny-decode or q4-decode").into(),
+            );
         }
     }
     let figures = bench::run(&options)?;

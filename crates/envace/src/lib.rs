@@ -19,6 +19,7 @@ pub mod openai;
 pub mod rehearse;
 pub mod rl;
 pub mod rollout;
+pub mod runtime;
 pub mod serve;
 pub mod store;
 pub mod tasks;

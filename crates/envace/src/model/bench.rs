@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use serde::Serialize;
 
 use super::{Gguf, Policy, QuantizedLlama, TransformerConfig};
@@ -183,25 +182,25 @@ pub fn bench_train(
     let input = all.narrow(1, 0, seq_len).map_err(candle(ctx))?;
     let labels = all
         .narrow(1, 1, seq_len)
-        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.contiguous())
         .map_err(candle(ctx))?;
-    let mut opt =
-        AdamW::new(policy.trainable_vars(), ParamsAdamW::default()).map_err(candle(ctx))?;
+    // The optimizer our training runs (its gradient norm included; no clipping here).
+    let mut opt = crate::rl::AdamW::new(policy, 0.01)?;
     let mut step = || -> Result<[f64; 4]> {
         let t0 = Instant::now();
         let logits = policy.forward_train(&input, None)?;
         let loss = logits
-            .flatten_to(1)
-            .and_then(|l| {
+            .to_dtype(DType::F32)
+            .and_then(|logits| {
                 // Cross-entropy as our training computes token log-probabilities.
-                let logp = super::log_softmax(&l.to_dtype(DType::F32)?)?;
-                logp.gather(&labels.unsqueeze(1)?, 1)?.mean_all()?.neg()
+                let (logp, _) = super::target_logprobs_and_entropy(&logits, &labels)?;
+                logp.mean_all()?.neg()
             })
             .map_err(candle(ctx))?;
         let t1 = Instant::now();
         let grads = loss.backward().map_err(candle(ctx))?;
         let t2 = Instant::now();
-        opt.step(&grads).map_err(candle(ctx))?;
+        opt.step(&grads, 1e-3, 0.0, 1.0)?;
         let t3 = Instant::now();
         let loss = loss.to_scalar::<f32>().map_err(candle(ctx))?;
         Ok([

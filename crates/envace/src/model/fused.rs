@@ -1,7 +1,9 @@
 //! Fused CPU kernels with a real backward pass for the training forward: log-softmax over the
-//! vocabulary, scaled and masked attention softmax, RMSNorm, rotate-half RoPE and SiLU-gating;
-//! and two without (generation only): attention of single decode positions over the KV cache,
-//! and products of a few rows with a weight matrix read in place (no packing).
+//! vocabulary, per-token target log-probability and entropy, scaled and masked attention
+//! softmax, RMSNorm, rotate-half RoPE and SiLU-gating; and two without (generation only):
+//! attention of single decode positions over the KV cache, and products of a few rows with a
+//! weight matrix read in place (no packing); and AdamW's update written into the parameter
+//! and its moments in place.
 //!
 //! candle builds these from several elementwise ops, each of which allocates, writes and (in
 //! backward) reads a whole tensor again; fused, each is one pass forward and one pass backward,
@@ -99,6 +101,138 @@ impl CustomOp1 for LogSoftmax {
             .contiguous()?
             .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward::Log)?;
         Ok(Some(grad))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-token statistics of the next-token distribution: target log-probability and entropy.
+
+/// For each row of `logits: (n, v)` f32 and `targets: (n,)` u32: `(n, 3)` holding the
+/// log-probability of the target token, the entropy of the softmax and the log-normaliser
+/// (log Σ exp). One pass over the logits forward and one backward, and no `(n, v)` tensor in
+/// the forward: the composed log-softmax, gather and `Σ p log p` write several.
+pub(crate) fn token_stats(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let (n, _) = logits.dims2()?;
+    if targets.dims() != [n] || targets.dtype() != DType::U32 {
+        bail!(
+            "fused token statistics: targets are {:?} {:?}, expected [{n}] u32",
+            targets.dims(),
+            targets.dtype()
+        )
+    }
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, TokenStats)
+}
+
+struct TokenStats;
+
+/// The target ids of a [`TokenStats`] argument, each checked against the vocabulary.
+fn target_ids<'a>(storage: &'a CpuStorage, layout: &Layout, vocab: usize) -> Result<&'a [u32]> {
+    let CpuStorage::U32(data) = storage else {
+        bail!("fused token statistics: targets must be u32")
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        bail!("fused token statistics: targets must be contiguous")
+    };
+    let ids = &data[start..end];
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        bail!("fused token statistics: target id {bad} is outside the vocabulary of {vocab}")
+    }
+    Ok(ids)
+}
+
+impl CustomOp2 for TokenStats {
+    fn name(&self) -> &'static str {
+        "fused-token-stats"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let z = f32s(s1, l1, self.name())?;
+        let (n, v) = l1.shape().dims2()?;
+        let targets = target_ids(s2, l2, v)?;
+        let mut out = vec![0f32; n * 3];
+        // Three outputs per row but `v` logits of work: tasks are sized by the logits.
+        out.par_chunks_mut(3)
+            .enumerate()
+            .with_min_len(min_rows(v))
+            .for_each(|(r, o)| {
+                let zs = &z[r * v..(r + 1) * v];
+                let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation.
+                let (mut sum, mut weighted) = (0f64, 0f64);
+                for &zi in zs {
+                    let d = zi - max;
+                    let e = f64::from(d.exp());
+                    sum += e;
+                    weighted += e * f64::from(d);
+                }
+                let log_sum = sum.ln();
+                let lse = f64::from(max) + log_sum;
+                o[0] = (f64::from(zs[targets[r] as usize]) - lse) as f32;
+                // H = −Σ p log p = ln S − Σ e·d / S.
+                o[1] = (log_sum - weighted / sum) as f32;
+                o[2] = lse as f32;
+            });
+        Ok((CpuStorage::F32(out), Shape::from((n, 3))))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // With p = softmax(z), log p_j = z_j − lse and H the entropy:
+        //   d logp_t / d z_j = δ_jt − p_j,   d H / d z_j = −p_j (log p_j + H),   d lse / d z_j = p_j.
+        let packed = Tensor::cat(&[grad_res.contiguous()?, res.contiguous()?], 1)?;
+        let grad = packed.apply_op3_no_bwd(&logits.contiguous()?, targets, &TokenStatsBackward)?;
+        Ok((Some(grad), None))
+    }
+}
+
+/// The backward pass of [`TokenStats`]: arguments `[grad | stats]: (n, 6)`, the logits and the
+/// targets; returns the gradient of the logits.
+struct TokenStatsBackward;
+
+impl CustomOp3 for TokenStatsBackward {
+    fn name(&self) -> &'static str {
+        "fused-token-stats-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let packed = f32s(s1, l1, self.name())?;
+        let z = f32s(s2, l2, self.name())?;
+        let (n, v) = l2.shape().dims2()?;
+        let targets = target_ids(s3, l3, v)?;
+        let mut out = vec![0f32; n * v];
+        for_rows(&mut out, v, |r, row| {
+            let [g_logp, g_entropy, g_lse, _, entropy, lse] =
+                std::array::from_fn(|k| packed[r * 6 + k]);
+            let zs = &z[r * v..(r + 1) * v];
+            for (o, &zi) in row.iter_mut().zip(zs) {
+                let log_p = zi - lse;
+                let p = log_p.exp();
+                *o = p * (g_lse - g_logp - g_entropy * (log_p + entropy));
+            }
+            row[targets[r] as usize] += g_logp;
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n, v))))
     }
 }
 
@@ -838,6 +972,184 @@ impl CustomOp2 for SmallLinear {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// AdamW in place (no backward: an optimizer step).
+
+/// The constants of one AdamW step on one parameter (see `rl::AdamW::step`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdamWStep {
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub lr: f32,
+    pub weight_decay: f32,
+    /// `1 − β1^t` and `1 − β2^t`.
+    pub correction1: f32,
+    pub correction2: f32,
+    /// Multiplies the raw gradient (loss scaling and clipping).
+    pub grad_factor: f32,
+}
+
+/// Whether [`adamw_in_place`] can update `theta` with these moments and gradient: all f32,
+/// contiguous, on the CPU, of one shape.
+pub(crate) fn adamw_applies(
+    theta: &Tensor,
+    first: &Tensor,
+    second: &Tensor,
+    grad: &Tensor,
+) -> bool {
+    [theta, first, second, grad]
+        .iter()
+        .all(|t| applies(t) && t.is_contiguous() && t.shape() == theta.shape())
+}
+
+/// One AdamW step written into `theta`, `first` and `second` (no new tensors): the moments
+/// take the scaled gradient, then `θ ← θ (1 − lr λ) − lr m̂ / (√v̂ + ε)`. Callers check
+/// [`adamw_applies`] first.
+pub(crate) fn adamw_in_place(
+    theta: &Tensor,
+    first: &Tensor,
+    second: &Tensor,
+    grad: &Tensor,
+    step: AdamWStep,
+) -> Result<()> {
+    first.inplace_op2(
+        grad,
+        &Moment {
+            decay: step.beta1,
+            factor: step.grad_factor,
+            square: false,
+        },
+    )?;
+    second.inplace_op2(
+        grad,
+        &Moment {
+            decay: step.beta2,
+            factor: step.grad_factor,
+            square: true,
+        },
+    )?;
+    theta.inplace_op3(first, second, &ParamUpdate(step))
+}
+
+/// `Σ g²` of an f32 tensor on the CPU, accumulated in f64 (the gradient norm before clipping).
+pub(crate) fn sum_squares(g: &Tensor) -> Result<f64> {
+    g.contiguous()?
+        .apply_op1_no_bwd(&SumSquares)?
+        .to_scalar::<f64>()
+}
+
+/// Elements per rayon task of the optimizer's passes.
+const OPT_CHUNK: usize = 1 << 16;
+
+/// The mutable f32 elements of an in-place argument.
+fn f32s_mut<'a>(storage: &'a mut CpuStorage, layout: &Layout, op: &str) -> Result<&'a mut [f32]> {
+    let CpuStorage::F32(data) = storage else {
+        bail!("{op}: expects f32, got {:?}", storage.dtype())
+    };
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&mut data[start..end]),
+        None => bail!("{op}: expects a contiguous tensor"),
+    }
+}
+
+/// A moment estimate updated in place: `m ← β m + (1 − β) (f g)` (or `(f g)²`).
+struct Moment {
+    decay: f32,
+    factor: f32,
+    square: bool,
+}
+
+impl candle_core::InplaceOp2 for Moment {
+    fn name(&self) -> &'static str {
+        "fused-adamw-moment"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        let m = f32s_mut(s1, l1, self.name())?;
+        let g = f32s(s2, l2, self.name())?;
+        if m.len() != g.len() {
+            bail!(
+                "{}: {} moments for {} gradients",
+                self.name(),
+                m.len(),
+                g.len()
+            )
+        }
+        let keep = 1.0 - self.decay;
+        m.par_chunks_mut(OPT_CHUNK)
+            .zip(g.par_chunks(OPT_CHUNK))
+            .for_each(|(m, g)| {
+                for (m, &g) in m.iter_mut().zip(g) {
+                    let g = self.factor * g;
+                    let x = if self.square { g * g } else { g };
+                    *m = self.decay * *m + keep * x;
+                }
+            });
+        Ok(())
+    }
+}
+
+/// The parameter update of [`adamw_in_place`], given the updated moments.
+struct ParamUpdate(AdamWStep);
+
+impl candle_core::InplaceOp3 for ParamUpdate {
+    fn name(&self) -> &'static str {
+        "fused-adamw-update"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        let theta = f32s_mut(s1, l1, self.name())?;
+        let (m, v) = (f32s(s2, l2, self.name())?, f32s(s3, l3, self.name())?);
+        if m.len() != theta.len() || v.len() != theta.len() {
+            bail!("{}: moments and parameter differ in size", self.name())
+        }
+        let s = self.0;
+        let decay = 1.0 - s.lr * s.weight_decay;
+        theta
+            .par_chunks_mut(OPT_CHUNK)
+            .zip(m.par_chunks(OPT_CHUNK).zip(v.par_chunks(OPT_CHUNK)))
+            .for_each(|(theta, (m, v))| {
+                for ((t, &m), &v) in theta.iter_mut().zip(m).zip(v) {
+                    let update = (m / s.correction1) / ((v / s.correction2).sqrt() + s.eps);
+                    *t = *t * decay - update * s.lr;
+                }
+            });
+        Ok(())
+    }
+}
+
+struct SumSquares;
+
+impl CustomOp1 for SumSquares {
+    fn name(&self) -> &'static str {
+        "fused-sum-squares"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let g = f32s(storage, layout, self.name())?;
+        let total: f64 = g
+            .par_chunks(OPT_CHUNK)
+            .map(|c| c.iter().map(|&x| f64::from(x * x)).sum::<f64>())
+            .sum();
+        Ok((CpuStorage::F64(vec![total]), Shape::from(())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{D, Device, Var};
@@ -924,6 +1236,89 @@ mod tests {
             |t| candle_nn::ops::log_softmax(&t[0], D::Minus1).unwrap(),
             1e-5,
         );
+    }
+
+    #[test]
+    fn token_stats_match_log_softmax_gather_and_entropy_forward_and_backward() {
+        let (n, v) = (7, 41);
+        let targets: Vec<u32> = (0..n as u32).map(|r| (r * 13 + 5) % v as u32).collect();
+        let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+        // Larger logits than `values` gives, so some rows are peaked and some flat.
+        let logits = var(&[n, v], 3);
+        let scaled = Var::from_tensor(&(logits.as_tensor() * 6.0).unwrap()).unwrap();
+        check(
+            &[scaled],
+            |t| token_stats(&t[0], &targets).unwrap(),
+            |t| {
+                let logp = candle_nn::ops::log_softmax(&t[0], D::Minus1).unwrap();
+                let picked = logp.gather(&targets.unsqueeze(1).unwrap(), 1).unwrap();
+                let entropy = (logp.exp().unwrap() * &logp)
+                    .unwrap()
+                    .sum_keepdim(1)
+                    .unwrap()
+                    .neg()
+                    .unwrap();
+                let lse = (t[0].narrow(1, 0, 1).unwrap() - logp.narrow(1, 0, 1).unwrap()).unwrap();
+                Tensor::cat(&[picked, entropy, lse], 1).unwrap()
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn token_stats_name_a_target_outside_the_vocabulary() {
+        let logits = Tensor::zeros((2, 5), DType::F32, &Device::Cpu).unwrap();
+        let targets = Tensor::new(&[1u32, 5], &Device::Cpu).unwrap();
+        let err = token_stats(&logits, &targets).unwrap_err().to_string();
+        assert!(
+            err.contains("target id 5") && err.contains("vocabulary of 5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn adamw_in_place_matches_the_composed_update_over_several_steps() {
+        let shape = [5, 37];
+        let theta = var(&shape, 11).as_tensor().copy().unwrap();
+        let zeros = || Tensor::zeros(&shape, DType::F32, &Device::Cpu).unwrap();
+        let (first, second) = (zeros(), zeros());
+        let (mut theta_ref, mut m_ref, mut v_ref) = (theta.copy().unwrap(), zeros(), zeros());
+        let (beta1, beta2, eps, lr, wd, factor) = (0.9, 0.999, 1e-8, 1e-2, 0.1, 0.7);
+        for t in 1..=3 {
+            let g = var(&shape, 20 + t).as_tensor().copy().unwrap();
+            let (c1, c2) = (1.0 - 0.9f64.powi(t as i32), 1.0 - 0.999f64.powi(t as i32));
+            let step = AdamWStep {
+                beta1: beta1 as f32,
+                beta2: beta2 as f32,
+                eps: eps as f32,
+                lr: lr as f32,
+                weight_decay: wd as f32,
+                correction1: c1 as f32,
+                correction2: c2 as f32,
+                grad_factor: factor as f32,
+            };
+            assert!(adamw_applies(&theta, &first, &second, &g));
+            adamw_in_place(&theta, &first, &second, &g, step).unwrap();
+            let g = (g * factor).unwrap();
+            m_ref = ((&m_ref * beta1).unwrap() + (&g * (1.0 - beta1)).unwrap()).unwrap();
+            v_ref =
+                ((&v_ref * beta2).unwrap() + (g.sqr().unwrap() * (1.0 - beta2)).unwrap()).unwrap();
+            let update = ((&m_ref / c1).unwrap()
+                / ((&v_ref / c2).unwrap().sqrt().unwrap() + eps).unwrap())
+            .unwrap();
+            theta_ref = ((&theta_ref * (1.0 - lr * wd)).unwrap() - (update * lr).unwrap()).unwrap();
+            for (name, a, b) in [
+                ("first moment", &first, &m_ref),
+                ("second moment", &second, &v_ref),
+                ("parameter", &theta, &theta_ref),
+            ] {
+                let diff = max_abs_diff(a, b);
+                assert!(diff < 1e-6, "step {t}: {name} differs by {diff}");
+            }
+        }
+        let total = sum_squares(&theta).unwrap();
+        let expected: f32 = theta.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+        assert!((total - f64::from(expected)).abs() < 1e-4 * total.max(1.0));
     }
 
     #[test]

@@ -1199,6 +1199,26 @@ pub fn log_softmax(logits: &Tensor) -> candle_core::Result<Tensor> {
     }
 }
 
+/// The log-probability of each target token and the entropy of each next-token distribution,
+/// both `(b, l)`, from `logits: (b, l, vocab)` and `targets: (b, l)` u32; differentiable through
+/// both. On the CPU in f32 one fused pass each way (no `(b, l, vocab)` log-softmax is kept);
+/// elsewhere log-softmax, gather and `−Σ p log p` composed.
+pub fn target_logprobs_and_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+) -> candle_core::Result<(Tensor, Tensor)> {
+    let (b, l, vocab) = logits.dims3()?;
+    if fused::applies(logits) {
+        let stats = fused::token_stats(&logits.reshape((b * l, vocab))?, &targets.flatten_all()?)?;
+        let column = |k: usize| stats.narrow(1, k, 1)?.reshape((b, l));
+        return Ok((column(0)?, column(1)?));
+    }
+    let logp = candle_nn::ops::log_softmax(logits, candle_core::D::Minus1)?;
+    let picked = logp.gather(&targets.unsqueeze(2)?, 2)?.squeeze(2)?;
+    let entropy = (logp.exp()? * &logp)?.sum(candle_core::D::Minus1)?.neg()?;
+    Ok((picked, entropy))
+}
+
 /// The attention mask as `b * l` bytes (1 = real token); all ones when absent.
 fn read_mask(mask: Option<&Tensor>, b: usize, l: usize) -> candle_core::Result<Vec<u8>> {
     match mask {

@@ -136,7 +136,7 @@ pub fn micro_batch_loss(
     rl: &RlConfig,
     total_tokens: usize,
 ) -> Result<(Tensor, Vec<RoleSums>)> {
-    let (logp, log_softmax) = token_logprobs(policy, batch)?;
+    let (logp, entropy) = token_logprobs(policy, batch)?;
     let reference_logp = if rl.kl_type == KlType::None || rl.kl_coef == 0.0 {
         None
     } else {
@@ -166,9 +166,6 @@ pub fn micro_batch_loss(
             }
             None => None,
         };
-        let entropy = (log_softmax.exp()? * &log_softmax)?
-            .sum(candle_core::D::Minus1)?
-            .neg()?;
         if rl.entropy_coef != 0.0 {
             per_token = (per_token - (&entropy * rl.entropy_coef)?)?;
         }

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::backprop::GradStore;
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 
 use crate::config::{LrSchedule, Role};
 use crate::error::{Error, Result};
-use crate::model::Policy;
+use crate::model::{Policy, fused};
 use crate::rollout::{Label, Sample};
 
 /// One training sequence: tokens with labels, the roles whose sampled tokens are trained, and
@@ -136,29 +136,14 @@ pub fn pad_batch(
     })
 }
 
-/// Log-probability `(b, l)` of each target token, and the log-softmax `(b, l, vocab)` it was
-/// read from, through the differentiable forward.
+/// Log-probability `(b, l)` of each target token and the entropy `(b, l)` of each next-token
+/// distribution, through the differentiable forward.
 pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, Tensor)> {
     let logits = policy.forward_train(&batch.input, Some(&batch.attention))?;
-    let run = || -> candle_core::Result<(Tensor, Tensor)> {
-        let logits = logits.to_dtype(DType::F32)?;
-        let logp = crate::model::log_softmax(&logits)?;
-        let picked = logp.gather(&batch.targets.unsqueeze(2)?, 2)?.squeeze(2)?;
-        Ok((picked, logp))
-    };
-    run().map_err(|e| Error::candle("token log-probabilities", e))
-}
-
-/// Mean entropy of the next-token distributions at trained positions (no gradient).
-pub fn mean_entropy(logp: &Tensor, weight: &Tensor) -> Result<f64> {
-    let run = || -> candle_core::Result<f64> {
-        let logp = logp.detach();
-        let entropy = (logp.exp()? * &logp)?.sum(D::Minus1)?.neg()?;
-        let total = (entropy * weight)?.sum_all()?.to_scalar::<f32>()?;
-        let n = weight.sum_all()?.to_scalar::<f32>()?;
-        Ok(if n > 0.0 { f64::from(total / n) } else { 0.0 })
-    };
-    run().map_err(|e| Error::candle("entropy", e))
+    logits
+        .to_dtype(DType::F32)
+        .and_then(|logits| crate::model::target_logprobs_and_entropy(&logits, &batch.targets))
+        .map_err(|e| Error::candle("token log-probabilities", e))
 }
 
 /// Adds `grads` of the policy's parameters into `total`.
@@ -233,7 +218,12 @@ impl AdamW {
             .map(|(_, v)| zeros(v))
             .collect::<candle_core::Result<Vec<_>>>()
             .map_err(|e| Error::candle("optimizer", e))?;
-        let second = first.clone();
+        // Separate storage for each moment: the CPU step updates them in place.
+        let second = vars
+            .iter()
+            .map(|(_, v)| zeros(v))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(|e| Error::candle("optimizer", e))?;
         Ok(AdamW {
             vars,
             first,
@@ -261,26 +251,22 @@ impl AdamW {
         grad_scale: f64,
     ) -> Result<f64> {
         let fail = |e: candle_core::Error| Error::candle("optimizer step", e);
+        let grad_of = |var: &Var| grads.get(var.as_tensor());
         let mut squares = 0f64;
-        let mut scaled = Vec::with_capacity(self.vars.len());
         for (_, var) in &self.vars {
-            match grads.get(var.as_tensor()) {
-                Some(g) => {
-                    let g = (g.to_dtype(DType::F32).map_err(fail)? * grad_scale).map_err(fail)?;
-                    squares += f64::from(
-                        g.sqr()
-                            .map_err(fail)?
-                            .sum_all()
-                            .map_err(fail)?
-                            .to_scalar::<f32>()
+            if let Some(g) = grad_of(var) {
+                squares += if fused::applies(g) {
+                    fused::sum_squares(g).map_err(fail)?
+                } else {
+                    f64::from(
+                        g.to_dtype(DType::F32)
+                            .and_then(|g| g.sqr()?.sum_all()?.to_scalar::<f32>())
                             .map_err(fail)?,
-                    );
-                    scaled.push(Some(g));
-                }
-                None => scaled.push(None),
+                    )
+                };
             }
         }
-        let norm = squares.sqrt();
+        let norm = squares.sqrt() * grad_scale.abs();
         let clip = if max_norm > 0.0 && norm > max_norm {
             max_norm / (norm + 1e-6)
         } else {
@@ -290,14 +276,30 @@ impl AdamW {
         let t = self.n_updates as i32;
         let correction1 = 1.0 - self.beta1.powi(t);
         let correction2 = 1.0 - self.beta2.powi(t);
+        let factor = grad_scale * clip;
         for (idx, (_, var)) in self.vars.iter().enumerate() {
-            let Some(g) = &scaled[idx] else { continue };
+            let Some(g) = grad_of(var) else { continue };
+            let (first, second) = (&self.first[idx], &self.second[idx]);
+            if fused::adamw_applies(var.as_tensor(), first, second, g) {
+                let step = fused::AdamWStep {
+                    beta1: self.beta1 as f32,
+                    beta2: self.beta2 as f32,
+                    eps: self.eps as f32,
+                    lr: lr as f32,
+                    weight_decay: self.weight_decay as f32,
+                    correction1: correction1 as f32,
+                    correction2: correction2 as f32,
+                    grad_factor: factor as f32,
+                };
+                fused::adamw_in_place(var.as_tensor(), first, second, g, step).map_err(fail)?;
+                continue;
+            }
             let dtype = var.dtype();
-            let g = (g * clip).map_err(fail)?;
-            let m = ((&self.first[idx] * self.beta1).map_err(fail)?
+            let g = (g.to_dtype(DType::F32).map_err(fail)? * factor).map_err(fail)?;
+            let m = ((first * self.beta1).map_err(fail)?
                 + (&g * (1.0 - self.beta1)).map_err(fail)?)
             .map_err(fail)?;
-            let v = ((&self.second[idx] * self.beta2).map_err(fail)?
+            let v = ((second * self.beta2).map_err(fail)?
                 + (g.sqr().map_err(fail)? * (1.0 - self.beta2)).map_err(fail)?)
             .map_err(fail)?;
             let m_hat = (&m / correction1).map_err(fail)?;

@@ -1,0 +1,102 @@
+//! Process-wide CPU settings for the engine's binaries, applied at the start of `main`: the
+//! thread counts and spin time of the compute pools, and the allocator's purge policy.
+//!
+//! Measured on the tiny-model training step (`model_bench --only train --train-steps 20`, two
+//! threads, this repository's 2-core machine):
+//! - candle 0.11.1's own worker pool (the `candle-bp-*` threads of its elementwise ops) spins
+//!   25,000 rounds before it parks. With two cores that spin takes a core from the rayon workers
+//!   of the next matrix product. 5,000 rounds gave about 6,500–6,800 tokens/s against
+//!   6,000–6,100 for the default; 100 to 1,000 rounds parked too often (5,700–6,100).
+//! - mimalloc returns freed memory to the kernel after a delay (1,000 ms in the mimalloc v3 that
+//!   libmimalloc-sys 0.1.49 builds). A training step frees and reallocates tens of megabytes
+//!   per op, so the kernel zeroed fresh (transparent huge) pages again and again:
+//!   `clear_page_erms` was 27% of the profile. Never purging brought that to 8%. (A 10 ms delay
+//!   with the shorter spin fell to about 4,000 tokens/s.) The cost is that the process keeps
+//!   its peak heap.
+//!
+//! Settings the user has already made in the environment win over these.
+
+// `mi_option_get`/`mi_option_set` are C functions: calling them is `unsafe` though they only
+// read and write one of mimalloc's global option values (atomically, from any thread).
+#![allow(unsafe_code)]
+
+/// Rounds candle's pool workers spin before they park (candle's default is 25,000).
+pub const CANDLE_SPIN_LIMIT: u32 = 5_000;
+
+/// mimalloc's `mi_option_purge_delay` (the 16th entry of `mi_option_e` in the `mimalloc.h` of
+/// libmimalloc-sys 0.1.49, v2 and v3 alike; `libmimalloc_sys` names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// The environment variables a binary should set, with their values, for the ones that are
+/// unset: `RAYON_NUM_THREADS` (`n_threads`, else the available parallelism; candle 0.11.1
+/// otherwise counts physical cores by reading `/proc/cpuinfo` on every matrix product) and
+/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` ([`CANDLE_SPIN_LIMIT`]). An `n_threads` of `Some(n > 0)`
+/// replaces a `RAYON_NUM_THREADS` that is already set.
+///
+/// The caller writes them with `std::env::set_var` while it is still the only thread, and before
+/// the first candle op (candle reads its spin limit once, when its pool starts).
+pub fn environment_defaults(n_threads: Option<usize>) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    match n_threads {
+        Some(n) if n > 0 => out.push(("RAYON_NUM_THREADS", n.to_string())),
+        _ if std::env::var_os("RAYON_NUM_THREADS").is_some() => {}
+        _ => {
+            let n = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+            out.push(("RAYON_NUM_THREADS", n.to_string()));
+        }
+    }
+    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+        out.push((
+            "CANDLE_BARRIER_POOL_SPIN_LIMIT",
+            CANDLE_SPIN_LIMIT.to_string(),
+        ));
+    }
+    out
+}
+
+/// Tells mimalloc (when it is the global allocator) to keep freed memory instead of returning
+/// it to the kernel, unless `MIMALLOC_PURGE_DELAY` is set. Returns the purge delay in force
+/// afterwards, in milliseconds (-1: never).
+pub fn keep_freed_memory() -> i64 {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets one of mimalloc's option values; any thread may call it at any time.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    }
+    // SAFETY: reads the option value back.
+    #[allow(clippy::useless_conversion)] // `c_long` is 32 bits wide on Windows.
+    i64::from(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_option_is_the_one_mimalloc_reads_from_its_environment_variable() {
+        // The bundled mimalloc v3's default purge delay is 1,000 ms (its `options.c`); a wrong
+        // option index would read some other option's value here.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // SAFETY: reads one option value.
+            let before = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+            assert!(
+                before == 1000 || before == -1,
+                "purge delay option read {before}"
+            );
+            assert_eq!(keep_freed_memory(), -1);
+        }
+    }
+
+    #[test]
+    fn an_explicit_thread_count_replaces_the_environment_and_the_spin_limit_is_offered() {
+        let set = environment_defaults(Some(3));
+        assert!(set.contains(&("RAYON_NUM_THREADS", "3".to_owned())));
+        if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+            assert!(set.contains(&("CANDLE_BARRIER_POOL_SPIN_LIMIT", "5000".to_owned())));
+        }
+        let unset = environment_defaults(None);
+        assert_eq!(
+            unset.iter().any(|(k, _)| *k == "RAYON_NUM_THREADS"),
+            std::env::var_os("RAYON_NUM_THREADS").is_none()
+        );
+    }
+}

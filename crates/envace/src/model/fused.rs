@@ -807,7 +807,7 @@ impl<'a> View4<'a> {
     }
 }
 
-use super::quant::{dot_f32 as dot, dot4_f32};
+use super::quant::{dot_f32 as dot, dot4_f32, dot4x4_f32};
 
 impl CustomOp3 for DecodeAttention<'_> {
     fn name(&self) -> &'static str {
@@ -892,7 +892,7 @@ impl CustomOp3 for DecodeAttention<'_> {
 pub(crate) const SMALL_ROWS: usize = 32;
 
 /// Multiply-adds per rayon task of [`small_linear`], at least.
-const PARALLEL_MACS: usize = 1 << 20;
+const PARALLEL_MACS: usize = 1 << 17;
 
 /// `x (n, k) · wᵀ` for a Hugging Face weight `w: (out, k)`, each output a dot product of a row
 /// of `x` with a row of `w` read in place. No backward: decoding only.
@@ -932,35 +932,52 @@ impl CustomOp2 for SmallLinear {
         let w = f32s(s2, l2, self.name())?;
         let (n, k) = (self.n, self.k);
         // Output columns in parallel, written transposed (one weight row's n results together)
-        // and turned back at the end.
+        // and turned back at the end. Groups of four weight rows against four input rows make
+        // 4 × 4 tiles; leftover rows and inputs take the narrower products.
         let mut transposed = vec![0f32; self.out * n];
         let row = |r: usize| &x[r * k..(r + 1) * k];
-        let product = |o: usize, col: &mut [f32]| {
-            let wr = &w[o * k..(o + 1) * k];
+        let weight = |o: usize| &w[o * k..(o + 1) * k];
+        let product = |o0: usize, cols: &mut [f32]| {
+            let n_w = cols.len() / n;
             let mut r = 0;
             while r + 4 <= n {
-                let four = dot4_f32(wr, [row(r), row(r + 1), row(r + 2), row(r + 3)]);
-                col[r..r + 4].copy_from_slice(&four);
+                let xs = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+                if n_w == 4 {
+                    let tile = dot4x4_f32(std::array::from_fn(|a| weight(o0 + a)), xs);
+                    for (a, four) in tile.iter().enumerate() {
+                        cols[a * n + r..a * n + r + 4].copy_from_slice(four);
+                    }
+                } else {
+                    for a in 0..n_w {
+                        let four = dot4_f32(weight(o0 + a), xs);
+                        cols[a * n + r..a * n + r + 4].copy_from_slice(&four);
+                    }
+                }
                 r += 4;
             }
-            for (c, rr) in col[r..].iter_mut().zip(r..n) {
-                *c = dot(row(rr), wr);
+            for a in 0..n_w {
+                for rr in r..n {
+                    cols[a * n + rr] = dot(row(rr), weight(o0 + a));
+                }
             }
         };
-        // Handing work to rayon's threads wakes them (tens of microseconds): only products of a
-        // few million multiply-adds are worth it.
-        let min_cols = (PARALLEL_MACS / (n * k).max(1)).max(1);
-        if self.out <= min_cols {
+        // A hand-over to rayon's other threads may wake one: only products of about a hundred
+        // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
+        // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
+        // the threshold was 2^20.)
+        let group = 4 * n;
+        let min_groups = (PARALLEL_MACS / (4 * n * k).max(1)).max(1);
+        if self.out <= 4 * min_groups {
             transposed
-                .chunks_mut(n)
+                .chunks_mut(group)
                 .enumerate()
-                .for_each(|(o, col)| product(o, col));
+                .for_each(|(g, cols)| product(4 * g, cols));
         } else {
             transposed
-                .par_chunks_mut(n)
+                .par_chunks_mut(group)
                 .enumerate()
-                .with_min_len(min_cols)
-                .for_each(|(o, col)| product(o, col));
+                .with_min_len(min_groups)
+                .for_each(|(g, cols)| product(4 * g, cols));
         }
         let mut result = vec![0f32; n * self.out];
         for (o, col) in transposed.chunks(n).enumerate() {
@@ -1452,14 +1469,16 @@ mod tests {
 
     #[test]
     fn small_linear_matches_matmul_with_the_transposed_weight() {
-        for n in [1, 3, 17] {
+        // Inputs and weight rows in whole groups of four and with leftovers; a width of 40 is
+        // two 16-wide vectors and a tail of 8.
+        for (n, out) in [(1, 300), (3, 301), (8, 300), (17, 302)] {
             let x = Tensor::from_vec(values(n * 40, 14), (n, 40), &Device::Cpu).unwrap();
-            let w = Tensor::from_vec(values(300 * 40, 15), (300, 40), &Device::Cpu).unwrap();
+            let w = Tensor::from_vec(values(out * 40, 15), (out, 40), &Device::Cpu).unwrap();
             let fused = small_linear(&x, &w).unwrap();
             let expected = x.matmul(&w.t().unwrap()).unwrap();
-            assert_eq!(fused.dims(), [n, 300]);
+            assert_eq!(fused.dims(), [n, out]);
             let diff = max_abs_diff(&fused, &expected);
-            assert!(diff < 1e-4, "{n} rows: differs by {diff}");
+            assert!(diff < 1e-4, "{n} rows, {out} outputs: differs by {diff}");
         }
     }
 

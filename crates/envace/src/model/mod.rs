@@ -631,8 +631,27 @@ impl Sampling {
         let argmax = (0..logits.len())
             .find(|&idx| value(idx) == max)
             .unwrap_or(0);
+        let whole = (self.top_k == 0 || self.top_k >= logits.len()) && self.top_p >= 1.0;
         let token = if self.temperature <= 0.0 || self.top_k == 1 {
             argmax
+        } else if whole {
+            // The whole distribution (RL rollouts' default): walked in vocabulary order, no sort.
+            // The same distribution as the sorted walk below, one uniform draw per token.
+            let weights: Vec<f64> = (0..logits.len())
+                .map(|idx| ((value(idx) - max) / self.temperature).exp())
+                .collect();
+            let mut target = rng.uniform() * weights.iter().sum::<f64>();
+            let mut choice = argmax;
+            for (idx, &weight) in weights.iter().enumerate() {
+                if weight > 0.0 {
+                    choice = idx;
+                    if target <= weight {
+                        break;
+                    }
+                    target -= weight;
+                }
+            }
+            choice
         } else {
             let mut order: Vec<usize> = (0..logits.len()).collect();
             order.sort_by(|&a, &b| value(b).total_cmp(&value(a)));
@@ -1309,5 +1328,55 @@ impl SplitMix64 {
     fn normal(&mut self) -> f64 {
         let (u1, u2) = (self.uniform(), self.uniform());
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_the_whole_distribution_draws_each_token_at_its_probability() {
+        // A NaN and an impossible token must never come out.
+        let logits = [2.0f32, 0.5, f32::NAN, -1.0, f32::NEG_INFINITY, 1.0];
+        for temperature in [1.0, 0.5] {
+            let weights: Vec<f64> = logits
+                .iter()
+                .map(|&v| {
+                    let v = if v.is_nan() {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::from(v)
+                    };
+                    (v / temperature).exp()
+                })
+                .collect();
+            let total: f64 = weights.iter().sum();
+            // The unsorted walk (whole distribution) and the sorted one (a nucleus that keeps
+            // every token) must both match the softmax.
+            for top_p in [1.0, 1.0 - 1e-12] {
+                let sampling = Sampling {
+                    temperature,
+                    top_p,
+                    top_k: 0,
+                    seed: 0,
+                };
+                let mut rng = SplitMix64::new(17);
+                let n = 200_000;
+                let mut counts = [0usize; 6];
+                for _ in 0..n {
+                    counts[sampling.pick(&logits, &mut rng).0 as usize] += 1;
+                }
+                assert_eq!(counts[2] + counts[4], 0, "NaN or -inf sampled: {counts:?}");
+                for (idx, &count) in counts.iter().enumerate() {
+                    let expected = weights[idx] / total;
+                    let got = count as f64 / n as f64;
+                    assert!(
+                        (got - expected).abs() < 0.005,
+                        "T = {temperature}, top_p = {top_p}, token {idx}: {got} vs {expected}"
+                    );
+                }
+            }
+        }
     }
 }

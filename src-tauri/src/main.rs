@@ -25,15 +25,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    for (key, value) in envace::runtime::environment_defaults(None) {
-        // Thread counts and candle's spin limit (see `envace::runtime`). Writing the
-        // environment is sound here: no other thread exists yet at the start of main.
-        #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
-        unsafe {
-            std::env::set_var(key, value);
-        }
+    // Thread counts, candle's spin limit and the allocator (see `envace::runtime`).
+    // SAFETY: no other thread exists yet at the start of main.
+    #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
+    unsafe {
+        envace::runtime::prepare_process(None);
     }
-    envace::runtime::keep_freed_memory();
     let args = Args::parse();
     let store_path = match args.store.map_or_else(envace::store::default_path, Ok) {
         Ok(path) => path,

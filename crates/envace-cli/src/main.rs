@@ -281,13 +281,10 @@ fn init_tracing(verbose: u8) {
 /// `n_threads`, else to the available parallelism when it is unset) and candle's pool spin
 /// limit, and keeps freed memory in the allocator.
 pub(crate) fn pin_compute_threads(n_threads: Option<usize>) {
-    for (key, value) in envace::runtime::environment_defaults(n_threads) {
-        // Writing the environment is only sound while no other thread reads it: this runs at
-        // the start of `main` and before the training controller starts its threads.
-        #[allow(unsafe_code)] // The environment writes of the process, single-threaded (above).
-        unsafe {
-            std::env::set_var(key, value);
-        }
+    // SAFETY: this runs at the start of `main` and before the training controller starts its
+    // threads, so no other thread reads the environment meanwhile.
+    #[allow(unsafe_code)] // The environment writes of the process, single-threaded (above).
+    unsafe {
+        envace::runtime::prepare_process(n_threads);
     }
-    envace::runtime::keep_freed_memory();
 }

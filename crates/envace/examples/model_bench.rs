@@ -19,14 +19,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The settings our binaries run training and decoding with (see `envace::runtime`).
-    for (key, value) in envace::runtime::environment_defaults(None) {
-        // SAFETY: the start of main, before any other thread exists.
-        #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
-        unsafe {
-            std::env::set_var(key, value)
-        };
+    // SAFETY: the start of main, before any other thread exists.
+    #[allow(unsafe_code)] // The environment writes of the process, single-threaded.
+    unsafe {
+        envace::runtime::prepare_process(None);
     }
-    envace::runtime::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();
     let mut only = None;

@@ -33,8 +33,8 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// `CANDLE_BARRIER_POOL_SPIN_LIMIT` ([`CANDLE_SPIN_LIMIT`]). An `n_threads` of `Some(n > 0)`
 /// replaces a `RAYON_NUM_THREADS` that is already set.
 ///
-/// The caller writes them with `std::env::set_var` while it is still the only thread, and before
-/// the first candle op (candle reads its spin limit once, when its pool starts).
+/// [`prepare_process`] writes them, before the first candle op (candle reads its spin limit
+/// once, when its pool starts).
 pub fn environment_defaults(n_threads: Option<usize>) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     match n_threads {
@@ -52,6 +52,21 @@ pub fn environment_defaults(n_threads: Option<usize>) -> Vec<(&'static str, Stri
         ));
     }
     out
+}
+
+/// Applies everything this module asks for: writes [`environment_defaults`] and calls
+/// [`keep_freed_memory`]. Binaries call it at the start of `main`.
+///
+/// # Safety
+/// It writes the process environment (`std::env::set_var`), which is only sound while no other
+/// thread may read or write it: call it while the process is still single-threaded, or at least
+/// before any thread that reads the environment has started.
+pub unsafe fn prepare_process(n_threads: Option<usize>) {
+    for (key, value) in environment_defaults(n_threads) {
+        // SAFETY: the caller guarantees no other thread touches the environment now.
+        unsafe { std::env::set_var(key, value) };
+    }
+    keep_freed_memory();
 }
 
 /// Tells mimalloc (when it is the global allocator) to keep freed memory instead of returning

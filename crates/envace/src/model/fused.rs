@@ -1,5 +1,5 @@
-//! Fused CPU kernels with a real backward pass for the training forward: log-softmax over the
-//! vocabulary, per-token target log-probability and entropy, scaled and masked attention
+//! Fused CPU kernels with a real backward pass for the training forward: per-token target
+//! log-probability and entropy over the vocabulary, scaled and masked attention
 //! softmax, RMSNorm, rotate-half RoPE and SiLU-gating; and two without (generation only):
 //! attention of single decode positions over the KV cache, and products of a few rows with a
 //! weight matrix read in place (no packing); and AdamW's update written into the parameter
@@ -61,46 +61,6 @@ fn last_dim(shape: &Shape, op: &str) -> Result<usize> {
     match shape.dims().last() {
         Some(&n) if n > 0 => Ok(n),
         _ => bail!("{op}: expects a non-empty last dimension, got {shape:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Log-softmax over the last dimension.
-
-/// `log_softmax(x)` over the last dimension of a contiguous f32 tensor.
-pub(crate) fn log_softmax(x: &Tensor) -> Result<Tensor> {
-    x.contiguous()?.apply_op1(LogSoftmax)
-}
-
-struct LogSoftmax;
-
-impl CustomOp1 for LogSoftmax {
-    fn name(&self) -> &'static str {
-        "fused-log-softmax"
-    }
-
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = f32s(storage, layout, self.name())?;
-        let n = last_dim(layout.shape(), self.name())?;
-        let mut out = vec![0f32; x.len()];
-        for_rows(&mut out, n, |r, row| {
-            let xs = &x[r * n..(r + 1) * n];
-            let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f32 = xs.iter().map(|&v| (v - max).exp()).sum();
-            let shift = max + sum.ln();
-            for (o, &v) in row.iter_mut().zip(xs) {
-                *o = v - shift;
-            }
-        });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
-    }
-
-    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        // d x_i = g_i - softmax_i × Σ_j g_j.
-        let grad = grad_res
-            .contiguous()?
-            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward::Log)?;
-        Ok(Some(grad))
     }
 }
 
@@ -334,24 +294,20 @@ impl CustomOp2 for MaskedSoftmax {
         // d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0 and get 0.
         let grad = grad_res
             .contiguous()?
-            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward::Scaled(self.scale))?;
+            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward { scale: self.scale })?;
         Ok((Some(grad), None))
     }
 }
 
-/// The backward pass of [`LogSoftmax`] (given its output) or of [`MaskedSoftmax`] with its
-/// scale (given the probabilities), row by row with the incoming gradient.
-enum SoftmaxBackward {
-    Log,
-    Scaled(f32),
+/// The backward pass of [`MaskedSoftmax`] with its scale (given the probabilities), row by row
+/// with the incoming gradient.
+struct SoftmaxBackward {
+    scale: f32,
 }
 
 impl CustomOp2 for SoftmaxBackward {
     fn name(&self) -> &'static str {
-        match self {
-            SoftmaxBackward::Log => "fused-log-softmax-backward",
-            SoftmaxBackward::Scaled(_) => "fused-softmax-backward",
-        }
+        "fused-softmax-backward"
     }
 
     fn cpu_fwd(
@@ -367,21 +323,10 @@ impl CustomOp2 for SoftmaxBackward {
         let mut out = vec![0f32; g.len()];
         for_rows(&mut out, n, |r, row| {
             let (gs, ys) = (&g[r * n..(r + 1) * n], &y[r * n..(r + 1) * n]);
-            match *self {
-                // y = log p: d x_i = g_i − p_i × Σ_j g_j.
-                SoftmaxBackward::Log => {
-                    let total: f32 = gs.iter().sum();
-                    for ((o, &gi), &yi) in row.iter_mut().zip(gs).zip(ys) {
-                        *o = gi - yi.exp() * total;
-                    }
-                }
-                // y = p: d s_i = scale × p_i × (g_i − Σ_j g_j p_j).
-                SoftmaxBackward::Scaled(scale) => {
-                    let dot: f32 = gs.iter().zip(ys).map(|(&gi, &pi)| gi * pi).sum();
-                    for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ys) {
-                        *o = scale * pi * (gi - dot);
-                    }
-                }
+            // y = p: d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0.
+            let dot: f32 = gs.iter().zip(ys).map(|(&gi, &pi)| gi * pi).sum();
+            for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ys) {
+                *o = self.scale * pi * (gi - dot);
             }
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
@@ -1246,16 +1191,6 @@ mod tests {
     }
 
     #[test]
-    fn log_softmax_matches_the_composed_op_forward_and_backward() {
-        check(
-            &[var(&[3, 5, 37], 1)],
-            |t| log_softmax(&t[0]).unwrap(),
-            |t| candle_nn::ops::log_softmax(&t[0], D::Minus1).unwrap(),
-            1e-5,
-        );
-    }
-
-    #[test]
     fn token_stats_match_log_softmax_gather_and_entropy_forward_and_backward() {
         let (n, v) = (7, 41);
         let targets: Vec<u32> = (0..n as u32).map(|r| (r * 13 + 5) % v as u32).collect();
@@ -1485,9 +1420,14 @@ mod tests {
     #[test]
     fn inputs_in_other_layouts_are_refused_or_made_contiguous() {
         let x = var(&[4, 6], 10);
+        // A transposed (strided) input is made contiguous first.
         let t = x.as_tensor().t().unwrap();
-        let fused = log_softmax(&t).unwrap();
-        let composed = candle_nn::ops::log_softmax(&t, D::Minus1).unwrap();
+        let targets = Tensor::new(&[0u32, 1, 2, 3, 0, 1], &Device::Cpu).unwrap();
+        let fused = token_stats(&t, &targets).unwrap().narrow(1, 0, 1).unwrap();
+        let composed = candle_nn::ops::log_softmax(&t, D::Minus1)
+            .unwrap()
+            .gather(&targets.unsqueeze(1).unwrap(), 1)
+            .unwrap();
         assert!(max_abs_diff(&fused, &composed) < 1e-5);
         let w = Tensor::ones(5, DType::F32, &Device::Cpu).unwrap();
         let err = rms_norm(x.as_tensor(), &w, 1e-6).unwrap_err().to_string();

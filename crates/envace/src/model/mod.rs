@@ -1208,16 +1208,6 @@ impl Policy {
     }
 }
 
-/// Log-softmax over the last dimension of logits, differentiable: one fused pass each way on
-/// the CPU in f32, candle's composed op elsewhere.
-pub fn log_softmax(logits: &Tensor) -> candle_core::Result<Tensor> {
-    if fused::applies(logits) {
-        fused::log_softmax(logits)
-    } else {
-        candle_nn::ops::log_softmax(logits, candle_core::D::Minus1)
-    }
-}
-
 /// The log-probability of each target token and the entropy of each next-token distribution,
 /// both `(b, l)`, from `logits: (b, l, vocab)` and `targets: (b, l)` u32; differentiable through
 /// both. On the CPU in f32 one fused pass each way (no `(b, l, vocab)` log-softmax is kept);

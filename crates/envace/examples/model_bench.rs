@@ -6,7 +6,8 @@
 //!
 //! For profiling one part alone: `-- --only train` (the tiny model's training steps),
 //! `-- --only tiny-decode` (single-stream and batched decoding of the tiny model) or
-//! `-- --only q4-decode` (SmolLM2 on our quantised kernels).
+//! `-- --only q4-decode` (SmolLM2 on our quantised kernels). `--decode-tokens N` sets the new
+//! tokens per decoded row (64 by default) and `--train-steps N` the timed training steps.
 
 use candle_core::{DType, Device};
 use envace::model::bench::{self, BenchOptions};
@@ -36,6 +37,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 options.n_decode_tokens = 16;
             }
             "--no-smollm2" => options.smollm2 = false,
+            "--decode-tokens" => {
+                options.n_decode_tokens = args_iter
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--decode-tokens needs a whole number")?;
+            }
             "--train-steps" => {
                 options.n_train_steps = args_iter
                     .next()
@@ -44,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N or --only PART"
+                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N, --decode-tokens N or --only PART"
                 )
                 .into());
             }

@@ -746,13 +746,21 @@ impl<'a> View4<'a> {
         })
     }
 
-    fn row(&self, i: usize, j: usize, k: usize) -> &'a [f32] {
-        let start = self.offset + i * self.strides[0] + j * self.strides[1] + k * self.strides[2];
-        &self.data[start..start + self.last]
+    /// A function giving, for `(i, j)`, the values from `[i, j, 0, 0]` to the end of
+    /// `[i, j, n - 1, ..]`: `n` rows of `last` values every `strides[2]` values.
+    fn rows(&self, n: usize) -> Result<impl Fn(usize, usize) -> &'a [f32] + '_> {
+        if n > 1 && self.strides[2] < self.last {
+            bail!("fused decode attention: rows of the cache overlap")
+        }
+        Ok(move |i: usize, j: usize| {
+            let start = self.offset + i * self.strides[0] + j * self.strides[1];
+            let len = n.saturating_sub(1) * self.strides[2] + self.last;
+            &self.data[start..start + len]
+        })
     }
 }
 
-use super::quant::{dot_f32 as dot, dot4_f32, dot4x4_f32};
+use super::quant::{axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32};
 
 impl CustomOp3 for DecodeAttention<'_> {
     fn name(&self) -> &'static str {
@@ -778,17 +786,22 @@ impl CustomOp3 for DecodeAttention<'_> {
         let n_rep = self.n_heads / self.n_kv_heads;
         let b = q.len() / (self.n_heads * d);
         let mut out = vec![0f32; q.len()];
+        let (k_rows, v_rows) = (k.rows(t)?, v.rows(t)?);
         let attend = |row: usize, o: &mut [f32]| {
             let (bi, hi) = (row / self.n_heads, row % self.n_heads);
             let kv_head = hi / n_rep;
             let qs = &q[row * d..(row + 1) * d];
             let mask = &self.allowed[bi * t..(bi + 1) * t];
-            let mut scores = vec![f32::NEG_INFINITY; t];
+            // Every cached key's score, then −∞ for those the mask excludes.
+            let mut scores = vec![0f32; t];
+            dots_strided_f32(qs, k_rows(bi, kv_head), k.strides[2], &mut scores);
             let mut max = f32::NEG_INFINITY;
-            for (j, score) in scores.iter_mut().enumerate() {
-                if mask[j] != 0 {
-                    *score = dot(qs, k.row(bi, kv_head, j)) * self.scale;
+            for (score, &allowed) in scores.iter_mut().zip(mask) {
+                if allowed != 0 {
+                    *score *= self.scale;
                     max = max.max(*score);
+                } else {
+                    *score = f32::NEG_INFINITY;
                 }
             }
             if max == f32::NEG_INFINITY {
@@ -803,14 +816,10 @@ impl CustomOp3 for DecodeAttention<'_> {
                 };
                 sum += *score;
             }
-            for (j, &p) in scores.iter().enumerate() {
-                if p != 0.0 {
-                    let w = p / sum;
-                    for (oi, &vi) in o.iter_mut().zip(v.row(bi, kv_head, j)) {
-                        *oi += w * vi;
-                    }
-                }
+            for p in scores.iter_mut() {
+                *p /= sum;
             }
+            axpy_strided_f32(o, &scores, v_rows(bi, kv_head), v.strides[2]);
         };
         // Rows in parallel once each task gets enough keys to be worth a hand-over.
         let min_rows = (CHUNK / (t * d).max(1)).max(1);

@@ -366,6 +366,62 @@ pub fn dot4x4_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
     ws.map(|w| dot4_f32(&w[..n], xs))
 }
 
+/// `out[j] = q · rows[j]` for the `out.len()` rows that start every `stride` values of `rows`
+/// (each at least `q.len()` long): decoding's attention scores, one query against the cached
+/// keys. With AVX-512, sixteen keys at a time share one transposing reduction.
+pub fn dots_strided_f32(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    let d = q.len();
+    if let Some(n) = out.len().checked_sub(1) {
+        assert!(
+            stride >= d && rows.len() >= n * stride + d,
+            "dots_strided_f32: {} rows of stride {stride} do not fit in {} values",
+            out.len(),
+            rows.len()
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present; the row bounds were checked above.
+            unsafe { avx512::dots_strided(q, rows, stride, out) };
+            return;
+        }
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_f32(q, &rows[j * stride..j * stride + d]);
+    }
+}
+
+/// `out += Σ_j weights[j] · rows[j]` for the rows that start every `stride` values of `rows`
+/// (each at least `out.len()` long): decoding's attention-weighted sum of the cached values.
+/// With AVX-512 the output stays in registers across all rows, 64 values at a time.
+pub fn axpy_strided_f32(out: &mut [f32], weights: &[f32], rows: &[f32], stride: usize) {
+    let d = out.len();
+    if let Some(n) = weights.len().checked_sub(1) {
+        assert!(
+            stride >= d && rows.len() >= n * stride + d,
+            "axpy_strided_f32: {} rows of stride {stride} do not fit in {} values",
+            weights.len(),
+            rows.len()
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present; the row bounds were checked above.
+            unsafe { avx512::axpy_strided(out, weights, rows, stride) };
+            return;
+        }
+    }
+    for (j, &w) in weights.iter().enumerate() {
+        if w != 0.0 {
+            for (o, &v) in out.iter_mut().zip(&rows[j * stride..j * stride + d]) {
+                *o += w * v;
+            }
+        }
+    }
+}
+
 /// `out (m, n) = x (m, k) · wᵀ` with `w: (n, k)` quantised, `x` already quantised to Q8_1;
 /// rows of `w` are shared out over rayon's threads.
 pub fn matmul(w: &QMatrix, x: &Q8Rows, out: &mut [f32], kernel: Kernel) {
@@ -512,13 +568,138 @@ mod avx512 {
             }
             i += 16;
         }
+        let mut sums = [0f32; 16];
+        // SAFETY: `sums` holds sixteen values.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce16(acc)) };
         let mut out = [[0f32; 4]; 4];
-        for ((out, acc), w) in out.iter_mut().zip(&acc).zip(&ws) {
-            for ((o, &a), x) in out.iter_mut().zip(acc).zip(&xs) {
-                *o = _mm512_reduce_add_ps(a) + (i..n).map(|j| w[j] * x[j]).sum::<f32>();
+        for (a, (out, w)) in out.iter_mut().zip(&ws).enumerate() {
+            for (r, (o, x)) in out.iter_mut().zip(&xs).enumerate() {
+                *o = sums[4 * a + r] + (i..n).map(|j| w[j] * x[j]).sum::<f32>();
             }
         }
         out
+    }
+
+    /// [`super::dots_strided_f32`]. Safety: AVX-512F is present and `rows` holds
+    /// `out.len()` rows of `q.len()` values every `stride` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dots_strided(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+        let d = q.len();
+        let full = d / 16 * 16;
+        let tail = |j: usize| -> f32 { (full..d).map(|i| q[i] * rows[j * stride + i]).sum() };
+        let mut j = 0;
+        while j + 16 <= out.len() {
+            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+            let mut i = 0;
+            while i < full {
+                // SAFETY: `i + 16 <= d`; rows `j..j + 16` hold `d` values each (caller).
+                unsafe {
+                    let qv = _mm512_loadu_ps(q.as_ptr().add(i));
+                    for (a, four) in acc.iter_mut().enumerate() {
+                        for (r, acc) in four.iter_mut().enumerate() {
+                            let row = rows.as_ptr().add((j + 4 * a + r) * stride + i);
+                            *acc = _mm512_fmadd_ps(qv, _mm512_loadu_ps(row), *acc);
+                        }
+                    }
+                }
+                i += 16;
+            }
+            // SAFETY: `out[j..j + 16]` exists.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(j), reduce16(acc)) };
+            if full < d {
+                for (r, o) in out[j..j + 16].iter_mut().enumerate() {
+                    *o += tail(j + r);
+                }
+            }
+            j += 16;
+        }
+        for (r, o) in out.iter_mut().enumerate().skip(j) {
+            let mut acc = _mm512_setzero_ps();
+            let mut i = 0;
+            while i < full {
+                // SAFETY: as above, for row `r`.
+                unsafe {
+                    let row = rows.as_ptr().add(r * stride + i);
+                    acc = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(q.as_ptr().add(i)),
+                        _mm512_loadu_ps(row),
+                        acc,
+                    );
+                }
+                i += 16;
+            }
+            *o = _mm512_reduce_add_ps(acc) + tail(r);
+        }
+    }
+
+    /// [`super::axpy_strided_f32`]. Safety: AVX-512F is present and `rows` holds
+    /// `weights.len()` rows of `out.len()` values every `stride` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn axpy_strided(
+        out: &mut [f32],
+        weights: &[f32],
+        rows: &[f32],
+        stride: usize,
+    ) {
+        let d = out.len();
+        let mut i = 0;
+        // Four vectors (64 values) of the output at a time, held in registers over every row.
+        while i < d {
+            let width = (d - i).min(64);
+            let n_full = width / 16;
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for (j, &w) in weights.iter().enumerate() {
+                if w == 0.0 {
+                    continue;
+                }
+                let wv = _mm512_set1_ps(w);
+                for (v, acc) in acc.iter_mut().enumerate().take(n_full) {
+                    // SAFETY: `i + 16 v + 16 <= d` and row `j` holds `d` values (caller).
+                    unsafe {
+                        let row = rows.as_ptr().add(j * stride + i + 16 * v);
+                        *acc = _mm512_fmadd_ps(wv, _mm512_loadu_ps(row), *acc);
+                    }
+                }
+                for c in i + 16 * n_full..i + width {
+                    out[c] += w * rows[j * stride + c];
+                }
+            }
+            for (v, acc) in acc.iter().enumerate().take(n_full) {
+                // SAFETY: `i + 16 v + 16 <= d`.
+                unsafe {
+                    let o = out.as_mut_ptr().add(i + 16 * v);
+                    _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), *acc));
+                }
+            }
+            i += width;
+        }
+    }
+
+    /// The sixteen horizontal sums of `acc[a][r]`, as lane `4a + r` of one vector: a
+    /// transposing tree of 15 shuffle-and-add steps instead of sixteen separate reductions.
+    #[target_feature(enable = "avx512f")]
+    fn reduce16(acc: [[__m512; 4]; 4]) -> __m512 {
+        // Within each 128-bit lane, pairs of vectors: [a0+a2, b0+b2, a1+a3, b1+b3].
+        let pair = |a: __m512, b: __m512| {
+            _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b))
+        };
+        // Then pairs of pairs: [a, b, c, d] per 128-bit lane.
+        let quad = |ab: __m512, cd: __m512| {
+            let (ab, cd) = (_mm512_castps_pd(ab), _mm512_castps_pd(cd));
+            _mm512_add_ps(
+                _mm512_castpd_ps(_mm512_unpacklo_pd(ab, cd)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(ab, cd)),
+            )
+        };
+        // Then the four 128-bit lanes of two such vectors, added in twos.
+        let lanes = |x: __m512, y: __m512| {
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+                _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+            )
+        };
+        let [r0, r1, r2, r3] = acc.map(|[v0, v1, v2, v3]| quad(pair(v0, v1), pair(v2, v3)));
+        lanes(lanes(r0, r1), lanes(r2, r3))
     }
 }
 
@@ -788,6 +969,40 @@ mod tests {
                         "n = {n}, ({a}, {b}): {} vs {expected}",
                         tile[a][b]
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_strided_attention_kernels_match_plain_loops() {
+        for d in [5, 16, 64, 80, 130] {
+            for n_rows in [0, 1, 15, 16, 17, 37] {
+                let stride = d + 3;
+                let rows = values(n_rows * stride + d, 7 + d as u64);
+                let q = values(d, 11);
+                let mut scores = vec![f32::NAN; n_rows];
+                dots_strided_f32(&q, &rows, stride, &mut scores);
+                // Some weights zero, as masked keys are.
+                let weights: Vec<f32> = (0..n_rows)
+                    .map(|j| if j % 5 == 2 { 0.0 } else { scores[j] })
+                    .collect();
+                let start = values(d, 13);
+                let mut out = start.clone();
+                axpy_strided_f32(&mut out, &weights, &rows, stride);
+                for j in 0..n_rows {
+                    let row = &rows[j * stride..j * stride + d];
+                    let expected: f32 = q.iter().zip(row).map(|(a, b)| a * b).sum();
+                    let diff = (scores[j] - expected).abs();
+                    assert!(diff < 1e-4, "d {d}, {n_rows} rows, score {j}: {diff}");
+                }
+                for c in 0..d {
+                    let expected = start[c]
+                        + (0..n_rows)
+                            .map(|j| weights[j] * rows[j * stride + c])
+                            .sum::<f32>();
+                    let diff = (out[c] - expected).abs();
+                    assert!(diff < 1e-3, "d {d}, {n_rows} rows, output {c}: {diff}");
                 }
             }
         }

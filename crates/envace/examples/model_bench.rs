@@ -7,11 +7,12 @@
 //! For profiling one part alone: `-- --only train` (the tiny model's training steps),
 //! `-- --only tiny-decode` (single-stream and batched decoding of the tiny model) or
 //! `-- --only q4-decode` (SmolLM2 on our quantised kernels). `--decode-tokens N` sets the new
-//! tokens per decoded row (64 by default) and `--train-steps N` the timed training steps.
+//! tokens per decoded row (64 by default), `--temperature T` makes `tiny-decode` sample (as
+//! RL rollouts do, at 1) instead of greedy, and `--train-steps N` sets the timed training steps.
 
 use candle_core::{DType, Device};
 use envace::model::bench::{self, BenchOptions};
-use envace::model::{Gguf, Policy};
+use envace::model::{Gguf, Policy, Sampling};
 
 /// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,
 /// and glibc's returns them to the kernel only to page-fault them back in.
@@ -28,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();
     let mut only = None;
+    let mut sampling = Sampling::greedy();
     let mut args_iter = args.iter();
     while let Some(arg) = args_iter.next() {
         match arg.as_str() {
@@ -43,6 +45,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .and_then(|n| n.parse().ok())
                     .ok_or("--decode-tokens needs a whole number")?;
             }
+            "--temperature" => {
+                sampling.temperature = args_iter
+                    .next()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or("--temperature needs a number")?;
+            }
             "--train-steps" => {
                 options.n_train_steps = args_iter
                     .next()
@@ -51,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N, --decode-tokens N or --only PART"
+                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N, --decode-tokens N, --temperature T or --only PART"
                 )
                 .into());
             }
@@ -68,6 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     batch,
                     16,
                     options.n_decode_tokens,
+                    &sampling,
                 )?;
                 println!("{}", serde_json::to_string(&figures)?);
             }

@@ -1030,7 +1030,7 @@ fn throughput_measurements_report_their_figures() {
     let train = bench::bench_train(&policy, 2, 8, 2).unwrap();
     assert_eq!((train.n_steps, train.batch, train.seq_len), (2, 2, 8));
     assert!(train.tokens_per_sec > 0.0 && train.final_loss.is_finite());
-    let decode = bench::bench_decode(&policy, "tiny", 3, 4, 5).unwrap();
+    let decode = bench::bench_decode(&policy, "tiny", 3, 4, 5, &Sampling::greedy()).unwrap();
     assert_eq!((decode.batch, decode.n_tokens), (3, 15));
     assert!(decode.tokens_per_sec > 0.0);
     let json = serde_json::to_value(&decode).unwrap();

@@ -7,7 +7,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
-use super::{Gguf, Policy, QuantizedLlama, TransformerConfig};
+use super::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 use crate::config::TinyModelConfig;
 use crate::error::{Error, Result};
 
@@ -235,14 +235,16 @@ pub fn bench_train(
     })
 }
 
-/// Greedy decoding of `batch` rows of `prompt_len` pseudo-random tokens, `n_new` tokens each,
-/// with no stop token (after a short warm-up).
+/// Decoding of `batch` rows of `prompt_len` pseudo-random tokens with `sampling` (greedy in the
+/// benchmark; RL rollouts sample at temperature 1), `n_new` tokens each, with no stop token
+/// (after a short warm-up).
 pub fn bench_decode(
     policy: &Policy,
     model: &str,
     batch: usize,
     prompt_len: usize,
     n_new: usize,
+    sampling: &Sampling,
 ) -> Result<DecodeFigures> {
     let vocab = policy.config().vocab_size as u32;
     let prompts: Vec<Vec<u32>> = (0..batch as u32)
@@ -252,11 +254,15 @@ pub fn bench_decode(
                 .collect()
         })
         .collect();
-    policy.generate_greedy(&prompts, 2, &[])?;
+    policy.generate(&prompts, 2, &[], sampling)?;
     let mut best = None;
     for _ in 0..DECODE_REPEATS {
         let start = Instant::now();
-        let out = policy.generate_greedy(&prompts, n_new, &[])?;
+        let out: Vec<Vec<u32>> = policy
+            .generate(&prompts, n_new, &[], sampling)?
+            .into_iter()
+            .map(|g| g.tokens)
+            .collect();
         let secs = start.elapsed().as_secs_f64();
         if best.as_ref().is_none_or(|(best_secs, _)| secs < *best_secs) {
             best = Some((secs, out));
@@ -322,6 +328,7 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
             batch,
             16,
             options.n_decode_tokens,
+            &Sampling::greedy(),
         )?);
     }
     let mut smollm2_decode = Vec::new();
@@ -354,6 +361,7 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
             1,
             prompt.len(),
             options.n_decode_tokens,
+            &Sampling::greedy(),
         )?);
         prompt_ids = prompt;
     }

@@ -621,31 +621,40 @@ impl Sampling {
             let v = f64::from(logits[idx]);
             if v.is_nan() { f64::NEG_INFINITY } else { v }
         };
-        let max = (0..logits.len())
-            .map(value)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let log_sum = max
-            + (0..logits.len())
-                .map(|idx| (value(idx) - max).exp())
-                .sum::<f64>()
-                .ln();
-        let argmax = (0..logits.len())
-            .find(|&idx| value(idx) == max)
-            .unwrap_or(0);
+        // The first most likely token (NaN never compares greater).
+        let (mut argmax, mut max) = (0, f32::NEG_INFINITY);
+        for (idx, &v) in logits.iter().enumerate() {
+            if v > max {
+                (argmax, max) = (idx, v);
+            }
+        }
+        if max.is_infinite() {
+            // Nothing to normalise against: the row is data, not a distribution.
+            return (argmax as u32, f32::NAN);
+        }
+        // The softmax numerators at temperature 1, vectorised; their sum gives the
+        // log-normaliser every returned log-probability uses.
+        let mut numerators = vec![0f32; logits.len()];
+        let total = quant::exp_shifted_f32(logits, max, 1.0, &mut numerators);
+        let log_sum = f64::from(max) + total.ln();
         let whole = (self.top_k == 0 || self.top_k >= logits.len()) && self.top_p >= 1.0;
         let token = if self.temperature <= 0.0 || self.top_k == 1 {
             argmax
         } else if whole {
             // The whole distribution (RL rollouts' default): walked in vocabulary order, no sort.
             // The same distribution as the sorted walk below, one uniform draw per token.
-            let weights: Vec<f64> = (0..logits.len())
-                .map(|idx| ((value(idx) - max) / self.temperature).exp())
-                .collect();
-            let mut target = rng.uniform() * weights.iter().sum::<f64>();
+            let total = if self.temperature == 1.0 {
+                total
+            } else {
+                let scale = (1.0 / self.temperature) as f32;
+                quant::exp_shifted_f32(logits, max, scale, &mut numerators)
+            };
+            let mut target = rng.uniform() * total;
             let mut choice = argmax;
-            for (idx, &weight) in weights.iter().enumerate() {
+            for (idx, &weight) in numerators.iter().enumerate() {
                 if weight > 0.0 {
                     choice = idx;
+                    let weight = f64::from(weight);
                     if target <= weight {
                         break;
                     }
@@ -661,7 +670,7 @@ impl Sampling {
             }
             let weights: Vec<f64> = order
                 .iter()
-                .map(|&idx| ((value(idx) - max) / self.temperature).exp())
+                .map(|&idx| ((value(idx) - f64::from(max)) / self.temperature).exp())
                 .collect();
             let total: f64 = weights.iter().sum();
             let mut kept = 0;

@@ -422,6 +422,33 @@ pub fn axpy_strided_f32(out: &mut [f32], weights: &[f32], rows: &[f32], stride: 
     }
 }
 
+/// `out[i] = exp((values[i] − shift) · scale)`, 0 where that is NaN, and their sum in f64: the
+/// softmax numerators of one row of logits (with `shift` its maximum and `scale` the inverse
+/// temperature, so every argument is at most 0). With AVX-512, sixteen at a time by a
+/// degree-7 polynomial after range reduction (within a few ulp of the exact value); elsewhere
+/// `f32::exp`.
+pub fn exp_shifted_f32(values: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> f64 {
+    assert_eq!(values.len(), out.len(), "exp_shifted_f32: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present; the lengths match.
+            return unsafe { avx512::exp_shifted(values, shift, scale, out) };
+        }
+    }
+    exp_shifted_scalar(values, shift, scale, out)
+}
+
+fn exp_shifted_scalar(values: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> f64 {
+    let mut sum = 0f64;
+    for (o, &v) in out.iter_mut().zip(values) {
+        let e = ((v - shift) * scale).exp();
+        *o = if e.is_nan() { 0.0 } else { e };
+        sum += f64::from(*o);
+    }
+    sum
+}
+
 /// `out (m, n) = x (m, k) · wᵀ` with `w: (n, k)` quantised, `x` already quantised to Q8_1;
 /// rows of `w` are shared out over rayon's threads.
 pub fn matmul(w: &QMatrix, x: &Q8Rows, out: &mut [f32], kernel: Kernel) {
@@ -673,6 +700,66 @@ mod avx512 {
             }
             i += width;
         }
+    }
+
+    /// [`super::exp_shifted_f32`]. Safety: AVX-512F is present and the lengths match.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn exp_shifted(
+        values: &[f32],
+        shift: f32,
+        scale: f32,
+        out: &mut [f32],
+    ) -> f64 {
+        // exp(x) = 2^n · exp(r), n = round(x / ln 2), r = x − n ln 2 (in two parts, Cody and
+        // Waite), |r| ≤ ln 2 / 2; exp(r) by its Taylor series to r^7 (error below 1e-8).
+        const LOWEST: f32 = -87.336_54; // below this exp underflows f32's normal range
+        const LN2_HI: f32 = 0.693_359_4;
+        const LN2_LO: f32 = -2.121_944_4e-4;
+        let coeffs = [
+            1.0 / 5040.0,
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ];
+        let (shift_v, scale_v) = (_mm512_set1_ps(shift), _mm512_set1_ps(scale));
+        let lowest = _mm512_set1_ps(LOWEST);
+        let mut sums = [_mm512_setzero_pd(); 2];
+        let n = values.len() / 16 * 16;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i + 16 <= values.len() == out.len()`.
+            let v = unsafe { _mm512_loadu_ps(values.as_ptr().add(i)) };
+            let x = _mm512_mul_ps(_mm512_sub_ps(v, shift_v), scale_v);
+            // NaN and arguments past underflow give 0 (an ordered compare is false for NaN).
+            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, lowest);
+            let x = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(88.0));
+            let k = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+            );
+            let r = _mm512_fnmadd_ps(k, _mm512_set1_ps(LN2_HI), x);
+            let r = _mm512_fnmadd_ps(k, _mm512_set1_ps(LN2_LO), r);
+            let mut p = _mm512_set1_ps(coeffs[0]);
+            for &c in &coeffs[1..] {
+                p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+            }
+            let e = _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(i), e) };
+            sums[0] = _mm512_add_pd(sums[0], _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            sums[1] = _mm512_add_pd(
+                sums[1],
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(e),
+                ))),
+            );
+            i += 16;
+        }
+        _mm512_reduce_add_pd(_mm512_add_pd(sums[0], sums[1]))
+            + super::exp_shifted_scalar(&values[n..], shift, scale, &mut out[n..])
     }
 
     /// The sixteen horizontal sums of `acc[a][r]`, as lane `4a + r` of one vector: a
@@ -971,6 +1058,39 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_vector_exponential_matches_f32_exp() {
+        let mut values: Vec<f32> = values(1000, 5).iter().map(|v| v * 60.0).collect();
+        values.extend([
+            f32::NAN,
+            f32::NEG_INFINITY,
+            -87.0,
+            -88.0,
+            -200.0,
+            0.0,
+            1e-30,
+        ]);
+        for (shift, scale) in [(0.0, 1.0), (60.0, 1.0), (30.0, 2.0), (10.0, 0.5)] {
+            let mut out = vec![f32::NAN; values.len()];
+            let sum = exp_shifted_f32(&values, shift, scale, &mut out);
+            let mut expected_sum = 0f64;
+            for (&v, &got) in values.iter().zip(&out) {
+                let expected = f64::from((v - shift) * scale).exp();
+                let expected = if expected.is_nan() { 0.0 } else { expected };
+                expected_sum += expected as f32 as f64;
+                let tolerance = expected * 4.0 * f64::from(f32::EPSILON) + 1e-37;
+                assert!(
+                    (f64::from(got) - expected).abs() <= tolerance,
+                    "exp(({v} − {shift}) · {scale}): {got} vs {expected}"
+                );
+            }
+            assert!(
+                (sum - expected_sum).abs() <= expected_sum * 1e-6 + 1e-30,
+                "sum {sum} vs {expected_sum}"
+            );
         }
     }
 

@@ -762,6 +762,54 @@ impl<'a> View4<'a> {
 
 use super::quant::{axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32};
 
+/// The cached keys and values one query head attends over: `n` rows each, `k_stride` and
+/// `v_stride` values apart.
+pub(crate) struct KeysValues<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub k_stride: usize,
+    pub v_stride: usize,
+}
+
+/// One query head's attention over the cached keys `allowed` lets it see (one byte per key):
+/// `out += softmax(scale · q · kᵀ) · v`; `out` stays as it is when no key is allowed.
+pub(crate) fn attend_one(
+    q: &[f32],
+    keys: &KeysValues<'_>,
+    allowed: &[u8],
+    scale: f32,
+    out: &mut [f32],
+) {
+    // Every cached key's score, then −∞ for those the mask excludes.
+    let mut scores = vec![0f32; allowed.len()];
+    dots_strided_f32(q, keys.k, keys.k_stride, &mut scores);
+    let mut max = f32::NEG_INFINITY;
+    for (score, &allowed) in scores.iter_mut().zip(allowed) {
+        if allowed != 0 {
+            *score *= scale;
+            max = max.max(*score);
+        } else {
+            *score = f32::NEG_INFINITY;
+        }
+    }
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let mut sum = 0f32;
+    for score in scores.iter_mut() {
+        *score = if *score == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (*score - max).exp()
+        };
+        sum += *score;
+    }
+    for p in scores.iter_mut() {
+        *p /= sum;
+    }
+    axpy_strided_f32(out, &scores, keys.v, keys.v_stride);
+}
+
 impl CustomOp3 for DecodeAttention<'_> {
     fn name(&self) -> &'static str {
         "fused-decode-attention"
@@ -790,36 +838,14 @@ impl CustomOp3 for DecodeAttention<'_> {
         let attend = |row: usize, o: &mut [f32]| {
             let (bi, hi) = (row / self.n_heads, row % self.n_heads);
             let kv_head = hi / n_rep;
-            let qs = &q[row * d..(row + 1) * d];
+            let keys = KeysValues {
+                k: k_rows(bi, kv_head),
+                v: v_rows(bi, kv_head),
+                k_stride: k.strides[2],
+                v_stride: v.strides[2],
+            };
             let mask = &self.allowed[bi * t..(bi + 1) * t];
-            // Every cached key's score, then −∞ for those the mask excludes.
-            let mut scores = vec![0f32; t];
-            dots_strided_f32(qs, k_rows(bi, kv_head), k.strides[2], &mut scores);
-            let mut max = f32::NEG_INFINITY;
-            for (score, &allowed) in scores.iter_mut().zip(mask) {
-                if allowed != 0 {
-                    *score *= self.scale;
-                    max = max.max(*score);
-                } else {
-                    *score = f32::NEG_INFINITY;
-                }
-            }
-            if max == f32::NEG_INFINITY {
-                return; // no key allowed: zeros
-            }
-            let mut sum = 0f32;
-            for score in scores.iter_mut() {
-                *score = if *score == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    (*score - max).exp()
-                };
-                sum += *score;
-            }
-            for p in scores.iter_mut() {
-                *p /= sum;
-            }
-            axpy_strided_f32(o, &scores, v_rows(bi, kv_head), v.strides[2]);
+            attend_one(&q[row * d..(row + 1) * d], &keys, mask, self.scale, o);
         };
         // Rows in parallel once each task gets enough keys to be worth a hand-over.
         let min_rows = (CHUNK / (t * d).max(1)).max(1);
@@ -885,76 +911,108 @@ impl CustomOp2 for SmallLinear {
         let x = f32s(s1, l1, self.name())?;
         let w = f32s(s2, l2, self.name())?;
         let (n, k) = (self.n, self.k);
-        // Blocks of 16 output columns in parallel. Each block's results are laid out row by
-        // row (`n × 16`), so that putting them in place afterwards copies a cache line per row
-        // and block (a column at a time, the LM head's 4,096 columns cost a tenth of a step).
-        // Within a block, groups of four weight rows against four input rows make 4 × 4 tiles;
-        // leftover weight rows and inputs take the narrower products.
-        const BLOCK: usize = 16;
-        let row = |r: usize| &x[r * k..(r + 1) * k];
-        let weight = |o: usize| &w[o * k..(o + 1) * k];
-        let product = |block: usize, cols: &mut [f32]| {
-            let o_start = block * BLOCK;
-            let width = (self.out - o_start).min(BLOCK);
-            let mut a0 = 0;
-            while a0 < width {
-                let n_w = (width - a0).min(4);
-                let o0 = o_start + a0;
-                let mut r = 0;
-                while r + 4 <= n {
-                    let xs = [row(r), row(r + 1), row(r + 2), row(r + 3)];
-                    if n_w == 4 {
-                        let tile = dot4x4_f32(std::array::from_fn(|a| weight(o0 + a)), xs);
-                        for (a, four) in tile.iter().enumerate() {
-                            for (rr, &v) in four.iter().enumerate() {
-                                cols[(r + rr) * BLOCK + a0 + a] = v;
-                            }
-                        }
-                    } else {
-                        for a in 0..n_w {
-                            let four = dot4_f32(weight(o0 + a), xs);
-                            for (rr, &v) in four.iter().enumerate() {
-                                cols[(r + rr) * BLOCK + a0 + a] = v;
-                            }
-                        }
-                    }
-                    r += 4;
-                }
-                for a in 0..n_w {
-                    for rr in r..n {
-                        cols[rr * BLOCK + a0 + a] = dot(row(rr), weight(o0 + a));
-                    }
-                }
-                a0 += n_w;
-            }
-        };
-        // A hand-over to rayon's other threads may wake one: only products of about a hundred
-        // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
-        // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
-        // the threshold was 2^20.)
-        let n_blocks = self.out.div_ceil(BLOCK);
-        let mut blocks = vec![0f32; n_blocks * n * BLOCK];
-        let min_blocks = (PARALLEL_MACS / (BLOCK * n * k).max(1)).max(1);
-        if n_blocks <= min_blocks {
-            blocks
-                .chunks_mut(n * BLOCK)
-                .enumerate()
-                .for_each(|(b, cols)| product(b, cols));
-        } else {
-            blocks
-                .par_chunks_mut(n * BLOCK)
-                .enumerate()
-                .with_min_len(min_blocks)
-                .for_each(|(b, cols)| product(b, cols));
-        }
-        let mut result = Vec::with_capacity(n * self.out);
-        for r in 0..n {
-            for (b, cols) in blocks.chunks(n * BLOCK).enumerate() {
-                let width = (self.out - b * BLOCK).min(BLOCK);
-                result.extend_from_slice(&cols[r * BLOCK..r * BLOCK + width]);
-            }
-        }
+        let mut result = vec![0f32; n * self.out];
+        rows_times_weights(x, n, k, &[w], &mut result);
         Ok((CpuStorage::F32(result), Shape::from((n, self.out))))
+    }
+}
+
+/// `out (n, Σ outᵢ) = x (n, k) · [w₀; w₁; …]ᵀ` for row-major weights `wᵢ: (outᵢ, k)`, read in
+/// place: the products of several weights that take the same input (a layer's query, key and
+/// value projections) in one parallel pass, their columns side by side in each output row.
+///
+/// Blocks of 16 output columns (never straddling two weights) run in parallel. Each block's
+/// results are laid out row by row (`n × 16`), so that putting them in place afterwards copies
+/// a cache line per row and block. Within a block, groups of four weight rows against four
+/// input rows make 4 × 4 tiles; leftover weight rows and inputs take narrower products, and a
+/// single input row takes sixteen weight rows per reduction.
+pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], out: &mut [f32]) {
+    const BLOCK: usize = 16;
+    let total: usize = ws.iter().map(|w| w.len() / k.max(1)).sum();
+    assert!(
+        x.len() >= n * k && out.len() == n * total,
+        "rows_times_weights: {} inputs, {} outputs for {n} rows of {k} and {total} columns",
+        x.len(),
+        out.len()
+    );
+    // (weight, its first row in the block, width, first output column).
+    let mut blocks = Vec::new();
+    let mut column = 0;
+    for (wi, w) in ws.iter().enumerate() {
+        let rows = w.len() / k.max(1);
+        for start in (0..rows).step_by(BLOCK) {
+            let width = (rows - start).min(BLOCK);
+            blocks.push((wi, start, width, column + start));
+        }
+        column += rows;
+    }
+    let row = |r: usize| &x[r * k..(r + 1) * k];
+    let product = |&(wi, start, width, _): &(usize, usize, usize, usize), cols: &mut [f32]| {
+        let w = ws[wi];
+        let weight = |o: usize| &w[o * k..(o + 1) * k];
+        if n == 1 {
+            dots_strided_f32(
+                row(0),
+                &w[start * k..(start + width) * k],
+                k,
+                &mut cols[..width],
+            );
+            return;
+        }
+        let mut a0 = 0;
+        while a0 < width {
+            let n_w = (width - a0).min(4);
+            let o0 = start + a0;
+            let mut r = 0;
+            while r + 4 <= n {
+                let xs = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+                if n_w == 4 {
+                    let tile = dot4x4_f32(std::array::from_fn(|a| weight(o0 + a)), xs);
+                    for (a, four) in tile.iter().enumerate() {
+                        for (rr, &v) in four.iter().enumerate() {
+                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                        }
+                    }
+                } else {
+                    for a in 0..n_w {
+                        let four = dot4_f32(weight(o0 + a), xs);
+                        for (rr, &v) in four.iter().enumerate() {
+                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                        }
+                    }
+                }
+                r += 4;
+            }
+            for a in 0..n_w {
+                for rr in r..n {
+                    cols[rr * BLOCK + a0 + a] = dot(row(rr), weight(o0 + a));
+                }
+            }
+            a0 += n_w;
+        }
+    };
+    // A hand-over to rayon's other threads may wake one: only products of about a hundred
+    // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
+    // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
+    // the threshold was 2^20.)
+    let mut results = vec![0f32; blocks.len() * n * BLOCK];
+    let min_blocks = (PARALLEL_MACS / (BLOCK * n * k).max(1)).max(1);
+    if blocks.len() <= min_blocks {
+        results
+            .chunks_mut(n * BLOCK)
+            .zip(&blocks)
+            .for_each(|(cols, block)| product(block, cols));
+    } else {
+        results
+            .par_chunks_mut(n * BLOCK)
+            .zip(&blocks)
+            .with_min_len(min_blocks)
+            .for_each(|(cols, block)| product(block, cols));
+    }
+    for (r, out_row) in out.chunks_mut(total.max(1)).enumerate().take(n) {
+        for (cols, &(_, _, width, column)) in results.chunks(n * BLOCK).zip(&blocks) {
+            out_row[column..column + width].copy_from_slice(&cols[r * BLOCK..r * BLOCK + width]);
+        }
     }
 }
 

@@ -130,6 +130,15 @@ impl LayerKv {
         Ok((k_buf.narrow(2, 0, needed)?, v_buf.narrow(2, 0, needed)?))
     }
 
+    /// Views of the keys and values cached so far, `(b, kv_heads, len, d)` each; `None` before
+    /// the first append.
+    pub(crate) fn filled(&self) -> Result<Option<(Tensor, Tensor)>> {
+        match &self.buffers {
+            None => Ok(None),
+            Some((k, v)) => Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?))),
+        }
+    }
+
     /// An independent copy (the buffers are written in place, so clones must not share them).
     pub(crate) fn deep_copy(&self) -> Result<LayerKv> {
         let buffers = match &self.buffers {

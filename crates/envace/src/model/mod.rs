@@ -18,6 +18,7 @@
 
 mod assets;
 pub mod bench;
+mod decode;
 pub(crate) mod fused;
 mod gguf;
 mod layers;
@@ -538,6 +539,13 @@ impl Layer {
         match self {
             Layer::Qwen3(layer) => Layer::Qwen3(layer.detached()),
             Layer::Llama(layer) => Layer::Llama(layer.detached()),
+        }
+    }
+
+    fn tensors(&self) -> decode::LayerTensors<'_> {
+        match self {
+            Layer::Qwen3(layer) => layer.tensors(),
+            Layer::Llama(layer) => layer.tensors(),
         }
     }
 }
@@ -1081,15 +1089,24 @@ impl Policy {
             .collect();
         let (ids, mask) = left_pad(prompts, 0, &self.device)?;
         let mut cache = KvCache::new();
-        let mut logits = self.forward_cached(&ids, Some(&mask), &mut cache)?;
+        let decoding = |e| Error::candle("decoding", e);
+        let prompt_logits = self.forward_cached(&ids, Some(&mask), &mut cache)?;
+        let vocab = prompt_logits.dim(1).map_err(decoding)?;
+        let mut logits = prompt_logits
+            .flatten_all()
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(decoding)?;
+        // On the CPU in f32 every later token goes through the plain-Rust step.
+        let mut state = if decode::applies(self) {
+            Some(decode::DecodeState::from_cache(self, &cache, max_new_tokens).map_err(decoding)?)
+        } else {
+            None
+        };
         let mut done = vec![false; b];
         for step_idx in 0..max_new_tokens {
-            let rows = logits
-                .to_vec2::<f32>()
-                .map_err(|e| Error::candle("decoding", e))?;
+            let rows: Vec<&[f32]> = logits.chunks(vocab.max(1)).collect();
             // Rows pick in parallel: each has its own random stream, and a pick reads the
-            // whole vocabulary (its log-normaliser at least), which for 16 rows took a sixth
-            // of a tiny-model decode step on one thread.
+            // whole vocabulary (its log-normaliser at least).
             let picks: Vec<(u32, f32)> = if b > 1 {
                 rows.par_iter()
                     .zip(rngs.par_iter_mut())
@@ -1113,9 +1130,16 @@ impl Policy {
             if step_idx + 1 == max_new_tokens || done.iter().all(|&d| d) {
                 break;
             }
-            let ids = Tensor::from_vec(next, (b, 1), &self.device)
-                .map_err(|e| Error::candle("decoding", e))?;
-            logits = self.forward_cached(&ids, None, &mut cache)?;
+            logits = match &mut state {
+                Some(state) => self.decode_step(state, &next).map_err(decoding)?,
+                None => {
+                    let ids = Tensor::from_vec(next, (b, 1), &self.device).map_err(decoding)?;
+                    self.forward_cached(&ids, None, &mut cache)?
+                        .flatten_all()
+                        .and_then(|l| l.to_vec1::<f32>())
+                        .map_err(decoding)?
+                }
+            };
         }
         Ok(out)
     }

@@ -1,0 +1,450 @@
+//! Decoding on the CPU in f32 as plain loops over the weights where they lie: one new position
+//! per row and step, with its own key/value cache taken over from the prompt's candle pass.
+//!
+//! A decode step of a small model through candle is about a hundred small ops (norms, reshapes,
+//! copies, the rotary tables and masks rebuilt every step), each a dispatch, an allocation and,
+//! with two threads, a hand-over. Here a step is the arithmetic: per layer one parallel product
+//! for the query, key and value projections together, one for the output projection, one for
+//! gate and up together and one for down, attention in parallel over rows and heads, and the
+//! norms and rotary embedding as loops over the rows. [`super::Policy::generate`] runs the
+//! prompt through [`super::Policy::forward_cached`] and every later token here, when the model
+//! is f32 on the CPU; elsewhere (CUDA, other dtypes) it stays on candle.
+
+use candle_core::{CpuStorage, DType, Storage, StorageRef, Tensor, TensorId};
+use rayon::prelude::*;
+
+use super::fused::{KeysValues, attend_one, rows_times_weights};
+use super::{KvCache, Policy};
+
+/// The tensors of one decoder layer a decode step reads.
+pub(crate) struct LayerTensors<'a> {
+    pub input_norm: &'a Tensor,
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub o: &'a Tensor,
+    /// Qwen3's per-head query and key norms.
+    pub qk_norm: Option<(&'a Tensor, &'a Tensor)>,
+    pub post_norm: &'a Tensor,
+    pub gate: &'a Tensor,
+    pub up: &'a Tensor,
+    pub down: &'a Tensor,
+}
+
+/// Whether [`Policy::generate`] decodes with [`Policy::decode_step`].
+pub(crate) fn applies(policy: &Policy) -> bool {
+    policy.device.is_cpu() && policy.dtype == DType::F32
+}
+
+/// Read locks on the CPU storage of a step's weights, one per tensor (a tied embedding and
+/// head share one), each with the range its values occupy.
+#[derive(Default)]
+struct Locked<'a> {
+    guards: Vec<(TensorId, StorageRef<'a>, usize, usize)>,
+}
+
+impl<'a> Locked<'a> {
+    /// Locks `tensor` (if not already) and returns its index.
+    fn lock(&mut self, tensor: &'a Tensor, name: &str) -> candle_core::Result<usize> {
+        if let Some(idx) = self.guards.iter().position(|g| g.0 == tensor.id()) {
+            return Ok(idx);
+        }
+        let (guard, layout) = tensor.storage_and_layout();
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("decoding: the {name} weight is not contiguous")
+        };
+        if !matches!(&*guard, Storage::Cpu(CpuStorage::F32(_))) {
+            candle_core::bail!("decoding: the {name} weight is not f32 on the CPU")
+        }
+        self.guards.push((tensor.id(), guard, start, end));
+        Ok(self.guards.len() - 1)
+    }
+
+    fn get(&self, idx: usize) -> &[f32] {
+        let (_, guard, start, end) = &self.guards[idx];
+        match &**guard {
+            Storage::Cpu(CpuStorage::F32(values)) => &values[*start..*end],
+            _ => &[],
+        }
+    }
+}
+
+/// One layer's weights as slices (indices into [`Locked`] until resolved).
+struct LayerIdx {
+    input_norm: usize,
+    q: usize,
+    k: usize,
+    v: usize,
+    o: usize,
+    qk_norm: Option<(usize, usize)>,
+    post_norm: usize,
+    gate: usize,
+    up: usize,
+    down: usize,
+}
+
+/// The keys and values of a batch being decoded, per layer `(b, kv_heads, capacity, head_dim)`,
+/// plus each row's padding mask and next position.
+#[derive(Debug)]
+pub(crate) struct DecodeState {
+    b: usize,
+    n_kv: usize,
+    d: usize,
+    capacity: usize,
+    len: usize,
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    key_mask: Vec<Vec<u8>>,
+    next_pos: Vec<u32>,
+}
+
+impl DecodeState {
+    /// Takes over what the candle path cached for the prompt, with room for `extra` positions
+    /// more before the buffers have to grow.
+    pub(crate) fn from_cache(
+        policy: &Policy,
+        cache: &KvCache,
+        extra: usize,
+    ) -> candle_core::Result<Self> {
+        let cfg = &policy.cfg;
+        let (b, n_kv, d, len) = (
+            cache.batch_size(),
+            cfg.n_kv_heads,
+            cfg.head_dim,
+            cache.len(),
+        );
+        let capacity = len + extra.max(1);
+        let mut keys = Vec::with_capacity(cache.layers.len());
+        let mut values = Vec::with_capacity(cache.layers.len());
+        for layer in &cache.layers {
+            let Some((k, v)) = layer.filled()? else {
+                candle_core::bail!("decoding: the prompt left a layer's cache empty")
+            };
+            for (cached, out) in [(k, &mut keys), (v, &mut values)] {
+                let flat = cached
+                    .to_dtype(DType::F32)?
+                    .contiguous()?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?;
+                let mut buffer = vec![0f32; b * n_kv * capacity * d];
+                for (head, rows) in flat.chunks(len * d).enumerate() {
+                    let start = head * capacity * d;
+                    buffer[start..start + rows.len()].copy_from_slice(rows);
+                }
+                out.push(buffer);
+            }
+        }
+        Ok(DecodeState {
+            b,
+            n_kv,
+            d,
+            capacity,
+            len,
+            keys,
+            values,
+            key_mask: cache.key_mask.clone(),
+            next_pos: cache.next_pos.clone(),
+        })
+    }
+
+    /// Doubles the room for positions, keeping what is cached.
+    fn grow(&mut self) {
+        let capacity = (2 * self.capacity).max(self.len + 1);
+        let d = self.d;
+        for buffer in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            let mut grown = vec![0f32; self.b * self.n_kv * capacity * d];
+            for (head, old) in buffer.chunks(self.capacity * d).enumerate() {
+                grown[head * capacity * d..head * capacity * d + self.len * d]
+                    .copy_from_slice(&old[..self.len * d]);
+            }
+            *buffer = grown;
+        }
+        self.capacity = capacity;
+    }
+}
+
+/// `out = x / rms(x) · w` for each row of `x` (rows as long as `w`).
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = w.len();
+    for (row, out_row) in x.chunks(dim).zip(out.chunks_mut(dim)) {
+        let mean_square = row.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let rms = (mean_square + eps).sqrt();
+        for ((o, &v), &g) in out_row.iter_mut().zip(row).zip(w) {
+            *o = v / rms * g;
+        }
+    }
+}
+
+/// Rotate-half rotary embedding of one head in place, `cos` and `sin` half as long.
+fn rope_in_place(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    let (first, second) = head.split_at_mut(half);
+    for (((a, b), &c), &s) in first.iter_mut().zip(second).zip(cos).zip(sin) {
+        let (x1, x2) = (*a, *b);
+        *a = x1 * c - x2 * s;
+        *b = x1 * s + x2 * c;
+    }
+}
+
+impl Policy {
+    /// One decode step: feeds `tokens` (one per row) after what `state` holds and returns the
+    /// next-token logits, `b × vocab` row-major, as [`Policy::forward_cached`] would.
+    pub(crate) fn decode_step(
+        &self,
+        state: &mut DecodeState,
+        tokens: &[u32],
+    ) -> candle_core::Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        let (b, h, d) = (state.b, cfg.hidden_size, cfg.head_dim);
+        let (n_heads, n_kv) = (cfg.n_heads, cfg.n_kv_heads);
+        let (q_dim, kv_dim, inter) = (n_heads * d, n_kv * d, cfg.intermediate_size);
+        let n_rep = n_heads / n_kv.max(1);
+        let eps = cfg.rms_norm_eps as f32;
+        let scale = (1.0 / (d as f64).sqrt()) as f32;
+        if tokens.len() != b {
+            candle_core::bail!("decoding: {} tokens for {b} rows", tokens.len())
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            candle_core::bail!("decoding: token {bad} is outside the vocabulary")
+        }
+
+        let mut locked = Locked::default();
+        let embed = locked.lock(&self.embed, "embedding")?;
+        let norm = locked.lock(&self.norm, "final norm")?;
+        let lm_head = locked.lock(&self.lm_head, "head")?;
+        let mut layer_idx = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let t = layer.tensors();
+            layer_idx.push(LayerIdx {
+                input_norm: locked.lock(t.input_norm, "input norm")?,
+                q: locked.lock(t.q, "query")?,
+                k: locked.lock(t.k, "key")?,
+                v: locked.lock(t.v, "value")?,
+                o: locked.lock(t.o, "output")?,
+                qk_norm: match t.qk_norm {
+                    Some((qn, kn)) => {
+                        Some((locked.lock(qn, "query norm")?, locked.lock(kn, "key norm")?))
+                    }
+                    None => None,
+                },
+                post_norm: locked.lock(t.post_norm, "post-attention norm")?,
+                gate: locked.lock(t.gate, "gate")?,
+                up: locked.lock(t.up, "up")?,
+                down: locked.lock(t.down, "down")?,
+            });
+        }
+
+        if state.len == state.capacity {
+            state.grow();
+        }
+        let slot = state.len;
+        let t = slot + 1;
+        // Each row's rotary table for its position, in f32 as the candle path computes it.
+        let half = self.inv_freq.len();
+        let mut cos = vec![0f32; b * half];
+        let mut sin = vec![0f32; b * half];
+        for row in 0..b {
+            let pos = state.next_pos[row] as f32;
+            for (j, &freq) in self.inv_freq.iter().enumerate() {
+                let angle = pos * freq as f32;
+                cos[row * half + j] = angle.cos();
+                sin[row * half + j] = angle.sin();
+            }
+            state.next_pos[row] += 1;
+            state.key_mask[row].push(1);
+        }
+
+        let embed_w = locked.get(embed);
+        let mut x = Vec::with_capacity(b * h);
+        for &token in tokens {
+            let start = token as usize * h;
+            x.extend_from_slice(&embed_w[start..start + h]);
+        }
+        let mut normed = vec![0f32; b * h];
+        let qkv_width = q_dim + 2 * kv_dim;
+        let mut qkv = vec![0f32; b * qkv_width];
+        let mut attended = vec![0f32; b * q_dim];
+        let mut projected = vec![0f32; b * h];
+        let mut gate_up = vec![0f32; b * 2 * inter];
+        let mut act = vec![0f32; b * inter];
+        let cap_d = state.capacity * d;
+        for (li, idx) in layer_idx.iter().enumerate() {
+            rms_norm_rows(&x, locked.get(idx.input_norm), eps, &mut normed);
+            let qkv_w = [locked.get(idx.q), locked.get(idx.k), locked.get(idx.v)];
+            rows_times_weights(&normed, b, h, &qkv_w, &mut qkv);
+            for (row, values) in qkv.chunks_mut(qkv_width).enumerate() {
+                let (q, kv) = values.split_at_mut(q_dim);
+                let (k, v) = kv.split_at_mut(kv_dim);
+                let (c, s) = (
+                    &cos[row * half..(row + 1) * half],
+                    &sin[row * half..(row + 1) * half],
+                );
+                for (part, norm_w) in [
+                    (q, idx.qk_norm.map(|n| n.0)),
+                    (&mut *k, idx.qk_norm.map(|n| n.1)),
+                ] {
+                    for head in part.chunks_mut(d) {
+                        if let Some(norm_w) = norm_w {
+                            let raw = head.to_vec();
+                            rms_norm_rows(&raw, locked.get(norm_w), eps, head);
+                        }
+                        rope_in_place(head, c, s);
+                    }
+                }
+                for kh in 0..n_kv {
+                    let at = (row * n_kv + kh) * cap_d + slot * d;
+                    state.keys[li][at..at + d].copy_from_slice(&k[kh * d..(kh + 1) * d]);
+                    state.values[li][at..at + d].copy_from_slice(&v[kh * d..(kh + 1) * d]);
+                }
+            }
+            // Attention of every (row, head) over the row's cache, in parallel once each task
+            // gets enough keys to be worth a hand-over.
+            attended.fill(0.0);
+            let (keys, values) = (&state.keys[li], &state.values[li]);
+            let attend = |task: usize, out: &mut [f32]| {
+                let (row, head) = (task / n_heads, task % n_heads);
+                let base = (row * n_kv + head / n_rep) * cap_d;
+                let cached = KeysValues {
+                    k: &keys[base..base + t * d],
+                    v: &values[base..base + t * d],
+                    k_stride: d,
+                    v_stride: d,
+                };
+                let q = &qkv[row * qkv_width + head * d..row * qkv_width + (head + 1) * d];
+                attend_one(q, &cached, &state.key_mask[row][..t], scale, out);
+            };
+            let min_tasks = (16_384 / (t * d).max(1)).max(1);
+            if b * n_heads <= min_tasks {
+                attended
+                    .chunks_mut(d)
+                    .enumerate()
+                    .for_each(|(task, out)| attend(task, out));
+            } else {
+                attended
+                    .par_chunks_mut(d)
+                    .enumerate()
+                    .with_min_len(min_tasks)
+                    .for_each(|(task, out)| attend(task, out));
+            }
+            rows_times_weights(&attended, b, q_dim, &[locked.get(idx.o)], &mut projected);
+            x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
+
+            rms_norm_rows(&x, locked.get(idx.post_norm), eps, &mut normed);
+            let gate_up_w = [locked.get(idx.gate), locked.get(idx.up)];
+            rows_times_weights(&normed, b, h, &gate_up_w, &mut gate_up);
+            for (row, out) in gate_up.chunks(2 * inter).zip(act.chunks_mut(inter)) {
+                let (gate, up) = row.split_at(inter);
+                for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                    *o = g / (1.0 + (-g).exp()) * u;
+                }
+            }
+            rows_times_weights(&act, b, inter, &[locked.get(idx.down)], &mut projected);
+            x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
+        }
+        state.len += 1;
+        rms_norm_rows(&x, locked.get(norm), eps, &mut normed);
+        let mut logits = vec![0f32; b * cfg.vocab_size];
+        rows_times_weights(&normed, b, h, &[locked.get(lm_head)], &mut logits);
+        Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+    use crate::config::{Architecture, TinyModelConfig};
+    use crate::model::{TransformerConfig, left_pad};
+
+    fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    /// The plain-Rust step gives the candle path's logits, step after step, for both
+    /// architectures, tied and untied heads, a left-padded batch, one row, and a cache that has
+    /// to grow.
+    #[test]
+    fn decode_steps_match_the_candle_path() {
+        for (architecture, tie_embeddings) in [
+            (Architecture::Qwen3, true),
+            (Architecture::Qwen3, false),
+            (Architecture::Llama, false),
+        ] {
+            let tiny = TinyModelConfig {
+                architecture,
+                hidden_size: 96,
+                n_layers: 2,
+                n_heads: 6,
+                n_kv_heads: 2,
+                intermediate_size: 200,
+                vocab_size: 300,
+                tie_embeddings,
+                ..TinyModelConfig::default()
+            };
+            let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
+            let policy = Policy::init(cfg, 7, &Device::Cpu, DType::F32).unwrap();
+            let all: Vec<Vec<u32>> = vec![
+                vec![5, 17, 250, 3, 99, 42, 8],
+                vec![1, 2],
+                vec![299, 0, 150, 151],
+                vec![64],
+            ];
+            for prompts in [&all[..], &all[..1]] {
+                let (ids, mask) = left_pad(prompts, 0, &Device::Cpu).unwrap();
+                let mut cache = KvCache::new();
+                policy
+                    .forward_cached(&ids, Some(&mask), &mut cache)
+                    .unwrap();
+                // Room for two positions only: the buffers grow twice over six steps.
+                let mut state = DecodeState::from_cache(&policy, &cache, 2).unwrap();
+                let b = prompts.len();
+                for step in 0..6u32 {
+                    let tokens: Vec<u32> =
+                        (0..b as u32).map(|r| (r * 37 + step * 11) % 300).collect();
+                    let ours = policy.decode_step(&mut state, &tokens).unwrap();
+                    let input = Tensor::from_vec(tokens, (b, 1), &Device::Cpu).unwrap();
+                    let reference = policy
+                        .forward_cached(&input, None, &mut cache)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap();
+                    let diff = max_abs_diff(&ours, &reference);
+                    assert!(
+                        diff < 1e-4,
+                        "{architecture:?} (tied {tie_embeddings}), {b} rows, step {step}: {diff}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_outside_the_vocabulary_is_an_error() {
+        let cfg = TransformerConfig::from_tiny(&TinyModelConfig {
+            hidden_size: 32,
+            n_layers: 1,
+            n_heads: 2,
+            n_kv_heads: 1,
+            intermediate_size: 64,
+            vocab_size: 50,
+            ..TinyModelConfig::default()
+        })
+        .unwrap();
+        let policy = Policy::init(cfg, 1, &Device::Cpu, DType::F32).unwrap();
+        let (ids, mask) = left_pad(&[vec![1, 2, 3]], 0, &Device::Cpu).unwrap();
+        let mut cache = KvCache::new();
+        policy
+            .forward_cached(&ids, Some(&mask), &mut cache)
+            .unwrap();
+        let mut state = DecodeState::from_cache(&policy, &cache, 4).unwrap();
+        let err = policy.decode_step(&mut state, &[50]).unwrap_err();
+        assert!(err.to_string().contains("token 50"), "{err}");
+    }
+}

@@ -16,21 +16,6 @@ use rayon::prelude::*;
 use super::fused::{KeysValues, attend_one, rows_times_weights};
 use super::{KvCache, Policy};
 
-/// The tensors of one decoder layer a decode step reads.
-pub(crate) struct LayerTensors<'a> {
-    pub input_norm: &'a Tensor,
-    pub q: &'a Tensor,
-    pub k: &'a Tensor,
-    pub v: &'a Tensor,
-    pub o: &'a Tensor,
-    /// Qwen3's per-head query and key norms.
-    pub qk_norm: Option<(&'a Tensor, &'a Tensor)>,
-    pub post_norm: &'a Tensor,
-    pub gate: &'a Tensor,
-    pub up: &'a Tensor,
-    pub down: &'a Tensor,
-}
-
 /// Whether [`Policy::generate`] decodes with [`Policy::decode_step`].
 pub(crate) fn applies(policy: &Policy) -> bool {
     policy.device.is_cpu() && policy.dtype == DType::F32
@@ -69,7 +54,7 @@ impl<'a> Locked<'a> {
     }
 }
 
-/// One layer's weights as slices (indices into [`Locked`] until resolved).
+/// One layer's weights, as indices into [`Locked`].
 struct LayerIdx {
     input_norm: usize,
     q: usize,
@@ -212,25 +197,28 @@ impl Policy {
         let embed = locked.lock(&self.embed, "embedding")?;
         let norm = locked.lock(&self.norm, "final norm")?;
         let lm_head = locked.lock(&self.lm_head, "head")?;
-        let mut layer_idx = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let t = layer.tensors();
+        // The layers' weights by their Hugging Face names (the query and key norms are Qwen3's).
+        let mut layer_idx = Vec::with_capacity(cfg.n_layers);
+        for li in 0..cfg.n_layers {
+            let var = |part: &str| self.vars.get(&format!("model.layers.{li}.{part}.weight"));
+            let mut lock = |part: &str| match var(part) {
+                Some(v) => locked.lock(v.as_tensor(), part),
+                None => candle_core::bail!("decoding: layer {li} has no {part} weight"),
+            };
             layer_idx.push(LayerIdx {
-                input_norm: locked.lock(t.input_norm, "input norm")?,
-                q: locked.lock(t.q, "query")?,
-                k: locked.lock(t.k, "key")?,
-                v: locked.lock(t.v, "value")?,
-                o: locked.lock(t.o, "output")?,
-                qk_norm: match t.qk_norm {
-                    Some((qn, kn)) => {
-                        Some((locked.lock(qn, "query norm")?, locked.lock(kn, "key norm")?))
-                    }
+                input_norm: lock("input_layernorm")?,
+                q: lock("self_attn.q_proj")?,
+                k: lock("self_attn.k_proj")?,
+                v: lock("self_attn.v_proj")?,
+                o: lock("self_attn.o_proj")?,
+                qk_norm: match var("self_attn.q_norm") {
+                    Some(_) => Some((lock("self_attn.q_norm")?, lock("self_attn.k_norm")?)),
                     None => None,
                 },
-                post_norm: locked.lock(t.post_norm, "post-attention norm")?,
-                gate: locked.lock(t.gate, "gate")?,
-                up: locked.lock(t.up, "up")?,
-                down: locked.lock(t.down, "down")?,
+                post_norm: lock("post_attention_layernorm")?,
+                gate: lock("mlp.gate_proj")?,
+                up: lock("mlp.up_proj")?,
+                down: lock("mlp.down_proj")?,
             });
         }
 

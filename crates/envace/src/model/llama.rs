@@ -5,7 +5,6 @@
 use candle_core::{Result, Tensor};
 use serde_json::{Map, Value, json};
 
-use super::decode::LayerTensors;
 use super::layers::{self, LayerKv, Mode, Step};
 use super::{HfConfig, ParamInit, ParamSpec, RopeScaling, TransformerConfig};
 use crate::config::Architecture;
@@ -207,22 +206,6 @@ impl LlamaLayer {
             up_proj: self.up_proj.detach(),
             down_proj: self.down_proj.detach(),
             ..*self
-        }
-    }
-
-    /// The tensors a plain-Rust decode step reads (see [`super::decode`]).
-    pub(crate) fn tensors(&self) -> LayerTensors<'_> {
-        LayerTensors {
-            input_norm: &self.input_layernorm,
-            q: &self.q_proj,
-            k: &self.k_proj,
-            v: &self.v_proj,
-            o: &self.o_proj,
-            qk_norm: None,
-            post_norm: &self.post_attention_layernorm,
-            gate: &self.gate_proj,
-            up: &self.up_proj,
-            down: &self.down_proj,
         }
     }
 

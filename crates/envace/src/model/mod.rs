@@ -541,13 +541,6 @@ impl Layer {
             Layer::Llama(layer) => Layer::Llama(layer.detached()),
         }
     }
-
-    fn tensors(&self) -> decode::LayerTensors<'_> {
-        match self {
-            Layer::Qwen3(layer) => layer.tensors(),
-            Layer::Llama(layer) => layer.tensors(),
-        }
-    }
 }
 
 /// The keys and values a batch has seen, per layer, plus each row's padding mask and next

@@ -366,19 +366,22 @@ pub fn dot4x4_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
     ws.map(|w| dot4_f32(&w[..n], xs))
 }
 
+/// Panics unless `n_rows` rows of `width` values, one every `stride` values, fit in `len`.
+fn check_strided(kernel: &str, n_rows: usize, width: usize, len: usize, stride: usize) {
+    if let Some(last) = n_rows.checked_sub(1) {
+        assert!(
+            stride >= width && len >= last * stride + width,
+            "{kernel}: {n_rows} rows of stride {stride} do not fit in {len} values"
+        );
+    }
+}
+
 /// `out[j] = q · rows[j]` for the `out.len()` rows that start every `stride` values of `rows`
 /// (each at least `q.len()` long): decoding's attention scores, one query against the cached
 /// keys. With AVX-512, sixteen keys at a time share one transposing reduction.
 pub fn dots_strided_f32(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     let d = q.len();
-    if let Some(n) = out.len().checked_sub(1) {
-        assert!(
-            stride >= d && rows.len() >= n * stride + d,
-            "dots_strided_f32: {} rows of stride {stride} do not fit in {} values",
-            out.len(),
-            rows.len()
-        );
-    }
+    check_strided("dots_strided_f32", out.len(), d, rows.len(), stride);
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
@@ -397,14 +400,7 @@ pub fn dots_strided_f32(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32])
 /// With AVX-512 the output stays in registers across all rows, 64 values at a time.
 pub fn axpy_strided_f32(out: &mut [f32], weights: &[f32], rows: &[f32], stride: usize) {
     let d = out.len();
-    if let Some(n) = weights.len().checked_sub(1) {
-        assert!(
-            stride >= d && rows.len() >= n * stride + d,
-            "axpy_strided_f32: {} rows of stride {stride} do not fit in {} values",
-            weights.len(),
-            rows.len()
-        );
-    }
+    check_strided("axpy_strided_f32", weights.len(), d, rows.len(), stride);
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {

@@ -1099,18 +1099,12 @@ impl Policy {
         for step_idx in 0..max_new_tokens {
             let rows: Vec<&[f32]> = logits.chunks(vocab.max(1)).collect();
             // Rows pick in parallel: each has its own random stream, and a pick reads the
-            // whole vocabulary (its log-normaliser at least).
-            let picks: Vec<(u32, f32)> = if b > 1 {
-                rows.par_iter()
-                    .zip(rngs.par_iter_mut())
-                    .map(|(row_logits, rng)| sampling.pick(row_logits, rng))
-                    .collect()
-            } else {
-                rows.iter()
-                    .zip(rngs.iter_mut())
-                    .map(|(row_logits, rng)| sampling.pick(row_logits, rng))
-                    .collect()
-            };
+            // whole vocabulary (its log-normaliser at least). One row runs inline.
+            let picks: Vec<(u32, f32)> = rows
+                .par_iter()
+                .zip(rngs.par_iter_mut())
+                .map(|(row_logits, rng)| sampling.pick(row_logits, rng))
+                .collect();
             let mut next = Vec::with_capacity(b);
             for (row, &(token, logprob)) in picks.iter().enumerate() {
                 next.push(token);

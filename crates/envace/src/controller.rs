@@ -5,9 +5,15 @@
 //! Stopping finishes the current step, writes a checkpoint and marks the run `stopped`;
 //! [`Controller::start`] with `resume: Some(run)` continues it from its latest checkpoint.
 //! Pausing blocks the worker between steps (the run is marked `paused`) until resume or stop.
+//!
+//! A resume touches the store only once the checkpoint has loaded: one transaction then
+//! removes every row written after the checkpoint (by a process killed between checkpoints)
+//! and marks the run running, so the replay writes those steps again exactly once. A resume
+//! that fails before that leaves the store as it was.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -18,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::rl::session::{Phase, Session, load_sources, task_pool};
 use crate::rl::{grpo, sft};
 use crate::store::{RunId, RunStatus, RunWriter, Store};
+use crate::tasks::GenTask;
 
 /// What the worker reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -214,12 +221,15 @@ impl Controller {
         let store = Store::open(&spec.store_path)?;
         let run = match spec.resume {
             Some(run) => {
-                store.view().checkpoints(run)?;
+                check_resumable(&store, run)?;
                 run
             }
-            None => store.create_run(&spec.config.run.name, &spec.config_toml)?,
+            None => {
+                let run = store.create_run(&spec.config.run.name, &spec.config_toml)?;
+                store.set_run_status(run, RunStatus::Running)?;
+                run
+            }
         };
-        store.set_run_status(run, RunStatus::Running)?;
         drop(store);
         let (command_tx, command_rx) = mpsc::channel();
         let (event_tx, event_rx) = mpsc::channel();
@@ -288,12 +298,44 @@ impl Controller {
     }
 }
 
+/// Refuses to resume a run that does not exist, has finished or has no checkpoint.
+fn check_resumable(store: &Store, run: RunId) -> Result<()> {
+    let record = store.view().find_run(&run.0.to_string())?;
+    if record.id != run {
+        return Err(Error::RunNotFound(run.0.to_string()));
+    }
+    let refuse = |message: &str| Error::Data {
+        source_name: format!("run {}", run.0),
+        message: message.to_owned(),
+    };
+    if record.status == RunStatus::Finished {
+        return Err(refuse("has finished: there is nothing to resume"));
+    }
+    if store.view().checkpoints(run)?.is_empty() {
+        return Err(refuse(
+            "has no checkpoint to resume from; start it again instead",
+        ));
+    }
+    Ok(())
+}
+
 fn run_job(spec: JobSpec, run: RunId, mut hooks: ChannelHooks) -> Result<JobOutcome> {
     hooks.emit(Event::Started {
         run: run.0,
         resumed: spec.resume.is_some(),
     });
-    let result = train(&spec, run, &mut hooks);
+    let result = match open_session(&spec, run, &mut hooks) {
+        Ok((mut session, sft_tasks)) => run_session(&mut session, &sft_tasks, &mut hooks),
+        Err(err) if spec.resume.is_some() => {
+            // The resume never took effect: the run and its rows stay exactly as they were.
+            hooks.emit(Event::Finished {
+                status: RunStatus::Failed.as_str().to_owned(),
+                message: Some(err.to_string()),
+            });
+            return Err(err);
+        }
+        Err(err) => Err(err),
+    };
     let (status, message) = match &result {
         Ok(JobOutcome::Finished) => (RunStatus::Finished, None),
         Ok(JobOutcome::Stopped) => (RunStatus::Stopped, None),
@@ -317,7 +359,7 @@ fn run_job(spec: JobSpec, run: RunId, mut hooks: ChannelHooks) -> Result<JobOutc
 fn held_out_tasks(
     config: &ExperimentConfig,
     sources: &crate::tasks::GenSources,
-) -> Result<Vec<std::sync::Arc<crate::tasks::GenTask>>> {
+) -> Result<Vec<Arc<GenTask>>> {
     task_pool(
         config,
         sources,
@@ -349,6 +391,18 @@ pub fn rehearsal_curve(
 
 /// Runs (or continues) a whole job with the given hooks: SFT when enabled, then RL.
 pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOutcome> {
+    let (mut session, sft_tasks) = open_session(spec, run, hooks)?;
+    run_session(&mut session, &sft_tasks, hooks)
+}
+
+/// Creates the job's session, or reopens it at its latest checkpoint and takes the run over
+/// (the store's rows after the checkpoint removed, the run marked running). Returns it with
+/// the SFT task pool.
+fn open_session(
+    spec: &JobSpec,
+    run: RunId,
+    hooks: &mut dyn Hooks,
+) -> Result<(Session, Vec<Arc<GenTask>>)> {
     let config = spec.config.clone();
     let store = Store::open(&spec.store_path)?;
     let writer = RunWriter::new(store, run, 256);
@@ -364,19 +418,40 @@ pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOut
         config.sft.n_tasks as usize,
         config.run.seed,
     )?;
-    let mut session = match spec.resume {
-        Some(run) => Session::resume(config.clone(), run, writer, sources)?,
-        None => Session::create(config.clone(), run, writer, &sft_tasks, sources)?,
+    let session = match spec.resume {
+        Some(run) => {
+            let mut session = Session::resume(config, run, writer, sources)?;
+            let removed = session.take_over()?;
+            hooks.emit(Event::Log {
+                level: "info".to_owned(),
+                message: format!(
+                    "resuming from the checkpoint at step {} ({removed} rows written after it removed)",
+                    session.resumed_from.unwrap_or_default()
+                ),
+            });
+            session
+        }
+        None => Session::create(config, run, writer, &sft_tasks, sources)?,
     };
     hooks.emit(Event::Log {
         level: "info".to_owned(),
         message: format!(
-            "model: {} parameters; resuming at step {}",
+            "model: {} parameters; starting at step {}",
             session.policy.n_params(),
             session.next_step
         ),
     });
-    if session.phase == Phase::Sft && sft::train(&mut session, &sft_tasks, hooks)? == Flow::Stop {
+    Ok((session, sft_tasks))
+}
+
+/// Runs an opened session to the end of its job (or until stopped).
+fn run_session(
+    session: &mut Session,
+    sft_tasks: &[Arc<GenTask>],
+    hooks: &mut dyn Hooks,
+) -> Result<JobOutcome> {
+    let config = session.config.clone();
+    if session.phase == Phase::Sft && sft::train(session, sft_tasks, hooks)? == Flow::Stop {
         return Ok(JobOutcome::Stopped);
     }
     if session.phase == Phase::Rl {
@@ -388,12 +463,12 @@ pub fn train(spec: &JobSpec, run: RunId, hooks: &mut dyn Hooks) -> Result<JobOut
             config.run.seed.wrapping_add(1),
         )?;
         let test_tasks = held_out_tasks(&config, &session.sources)?;
-        if grpo::train(&mut session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
+        if grpo::train(session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
             return Ok(JobOutcome::Stopped);
         }
         if !config.rehearsal.budget_curve.is_empty() && !test_tasks.is_empty() {
             let last_step = session.next_step;
-            if crate::eval::rehearsal::budget_curve(&mut session, &test_tasks, last_step, hooks)?
+            if crate::eval::rehearsal::budget_curve(session, &test_tasks, last_step, hooks)?
                 == Flow::Stop
             {
                 return Ok(JobOutcome::Stopped);

@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod config;
 pub mod controller;
+pub mod crash;
 pub mod env;
 pub mod error;
 pub mod eval;

@@ -477,13 +477,12 @@ pub fn train(
         session.optimizer = Some(AdamW::new(&session.policy, rl.weight_decay)?);
     }
     let eval_interval = session.config.eval.interval_steps.max(1);
+    // The held-out evaluation at step s (the policy after s − first_step RL steps) runs at the
+    // start of step s, after the checkpoint of step s − 1: every row labelled s is written
+    // after that checkpoint, so a resume from it replays them all.
+    let eval_due = |step: u32| (step - first_step).is_multiple_of(eval_interval);
     let started = Instant::now();
     let resumed_at = session.next_step;
-    if resumed_at == first_step && !test_tasks.is_empty() {
-        let (mean, success) = evaluate(session, test_tasks, first_step)?;
-        write_eval(session, first_step, test_tasks.len(), mean, success)?;
-        hooks.emit(eval_event(first_step, test_tasks.len(), mean, success));
-    }
     for step in session.next_step..last_step {
         if hooks.poll() == Flow::Stop {
             session.writer.flush()?;
@@ -494,8 +493,13 @@ pub fn train(
             });
             return Ok(Flow::Stop);
         }
-        let step_started = Instant::now();
         let rl_step = step - first_step;
+        if eval_due(step) && !test_tasks.is_empty() {
+            let (mean, success) = evaluate(session, test_tasks, step)?;
+            write_eval(session, step, test_tasks.len(), mean, success)?;
+            hooks.emit(eval_event(step, test_tasks.len(), mean, success));
+        }
+        let step_started = Instant::now();
 
         // Rollouts: batch_size prompts × group_size episodes, answered per the response mode.
         let tasks = step_tasks(pool, rl_step, rl.batch_size as usize);
@@ -619,6 +623,7 @@ pub fn train(
         for (key, value) in &metrics {
             session.writer.metric(u64::from(step), key, *value)?;
         }
+        crate::crash::point("step.done");
         session.next_step = step + 1;
         let done = f64::from(step + 1 - resumed_at);
         let eta = started.elapsed().as_secs_f64() / done * f64::from(last_step - step - 1);
@@ -630,11 +635,6 @@ pub fn train(
             tokens_per_sec,
             eta_secs: eta,
         });
-        if (rl_step + 1).is_multiple_of(eval_interval) && !test_tasks.is_empty() {
-            let (mean, success) = evaluate(session, test_tasks, step + 1)?;
-            write_eval(session, step + 1, test_tasks.len(), mean, success)?;
-            hooks.emit(eval_event(step + 1, test_tasks.len(), mean, success));
-        }
         let interval = session.config.run.checkpoint_interval_steps.max(1);
         if (rl_step + 1).is_multiple_of(interval) || step + 1 == last_step {
             session.writer.flush()?;
@@ -644,6 +644,11 @@ pub fn train(
                 path: path.display().to_string(),
             });
         }
+    }
+    if eval_due(last_step) && !test_tasks.is_empty() {
+        let (mean, success) = evaluate(session, test_tasks, last_step)?;
+        write_eval(session, last_step, test_tasks.len(), mean, success)?;
+        hooks.emit(eval_event(last_step, test_tasks.len(), mean, success));
     }
     session.phase = Phase::Done;
     session.writer.flush()?;

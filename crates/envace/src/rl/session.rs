@@ -86,6 +86,8 @@ pub struct Session {
     pub next_step: u32,
     /// `<store dir>/checkpoints/run-<id>`.
     pub run_dir: PathBuf,
+    /// The step of the checkpoint this session was reopened from, if any.
+    pub resumed_from: Option<u32>,
 }
 
 impl std::fmt::Debug for Session {
@@ -277,6 +279,7 @@ impl Session {
             phase,
             next_step: 0,
             run_dir,
+            resumed_from: None,
         })
     }
 
@@ -330,8 +333,15 @@ impl Session {
         let run_dir = run_dir(writer.store().path(), run);
         let reference = if state.phase == Phase::Rl {
             let reference_dir = run_dir.join("reference");
+            let rl_started = state.next_step > config.sft.n_steps * u32::from(config.sft.enabled);
             if reference_dir.is_dir() {
                 Some(Policy::load(&reference_dir, &device, dtype)?)
+            } else if rl_started {
+                // A fresh copy of the current policy would silently change the KL anchor.
+                return Err(Error::MissingAsset {
+                    what: format!("the frozen KL reference of run {}", run.0),
+                    path: reference_dir,
+                });
             } else {
                 None
             }
@@ -353,7 +363,61 @@ impl Session {
             phase: state.phase,
             next_step: state.next_step,
             run_dir,
+            resumed_from: u32::try_from(latest.step).ok(),
         })
+    }
+
+    /// Takes over a reopened run for training: in one store transaction, removes the rows
+    /// written after its checkpoint (a process killed between checkpoints left them; the
+    /// replay writes them again) and marks it running; then deletes checkpoint folders the
+    /// store does not know (a kill during a checkpoint write leaves them) and checkpoints
+    /// beyond `[run].keep_checkpoints`. Returns the rows removed.
+    pub fn take_over(&mut self) -> Result<u64> {
+        let Some(checkpoint_step) = self.resumed_from else {
+            return Err(Error::Data {
+                source_name: format!("run {}", self.run.0),
+                message: "was not reopened from a checkpoint".to_owned(),
+            });
+        };
+        self.writer.flush()?;
+        let removed = self.writer.store_mut().resume_run(
+            self.run,
+            u64::from(checkpoint_step),
+            u64::from(self.next_step),
+        )?;
+        self.remove_unrecorded_checkpoints()?;
+        // A kill between recording a checkpoint and pruning the old ones left one too many.
+        self.prune_checkpoints()?;
+        Ok(removed)
+    }
+
+    /// Deletes temporary and unrecorded checkpoint folders of this run.
+    fn remove_unrecorded_checkpoints(&mut self) -> Result<()> {
+        // By folder name: the store may have been opened by another path to the same file.
+        let recorded: Vec<std::ffi::OsString> = self
+            .writer
+            .store()
+            .view()
+            .checkpoints(self.run)?
+            .into_iter()
+            .filter_map(|row| PathBuf::from(row.path).file_name().map(ToOwned::to_owned))
+            .collect();
+        let entries = match std::fs::read_dir(&self.run_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(&self.run_dir, e)),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            let stale = (name.starts_with(".step-") && name.ends_with(".tmp"))
+                || name == ".reference.tmp"
+                || (name.starts_with("step-") && !recorded.contains(&entry.file_name()));
+            if stale && path.is_dir() {
+                std::fs::remove_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes a checkpoint of the current state atomically and records it in the store.
@@ -373,6 +437,7 @@ impl Session {
         if let Some(optimizer) = &self.optimizer {
             optimizer.save(&tmp_dir.join("optimizer.safetensors"))?;
         }
+        crate::crash::point("checkpoint.files");
         let state = SavedState {
             phase: self.phase,
             next_step: self.next_step,
@@ -387,6 +452,7 @@ impl Session {
             std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
         }
         std::fs::rename(&tmp_dir, &final_dir).map_err(|e| Error::io(&final_dir, e))?;
+        crate::crash::point("checkpoint.renamed");
         let bytes = dir_bytes(&final_dir);
         self.writer.flush()?;
         let mut batch = crate::store::Batch::new(self.run);
@@ -397,11 +463,14 @@ impl Session {
             wall_time: now_secs(),
         });
         self.writer.store_mut().write(&batch)?;
+        crate::crash::point("checkpoint.recorded");
         self.prune_checkpoints()?;
         Ok(final_dir)
     }
 
-    /// Deletes all but the newest `[run].keep_checkpoints` checkpoints (files, then rows).
+    /// Deletes all but the newest `[run].keep_checkpoints` checkpoints (rows, then files: the
+    /// store never names a folder that is gone, and a folder left by a crash in between is
+    /// removed when the run is resumed).
     fn prune_checkpoints(&mut self) -> Result<()> {
         let keep = self.config.run.keep_checkpoints as usize;
         if keep == 0 {
@@ -410,14 +479,14 @@ impl Session {
         let rows = self.writer.store_mut().view().checkpoints(self.run)?;
         let n_old = rows.len().saturating_sub(keep);
         for row in rows.into_iter().take(n_old) {
+            self.writer
+                .store_mut()
+                .delete_checkpoint(self.run, row.step)?;
             let dir = PathBuf::from(&row.path);
             // Only ever delete a checkpoint folder of this run.
             if dir.parent() == Some(self.run_dir.as_path()) && dir.exists() {
                 std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
             }
-            self.writer
-                .store_mut()
-                .delete_checkpoint(self.run, row.step)?;
         }
         Ok(())
     }

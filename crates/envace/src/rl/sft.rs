@@ -273,6 +273,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         for (key, value) in &metrics {
             session.writer.metric(u64::from(step), key, *value)?;
         }
+        crate::crash::point("step.done");
         session.next_step = step + 1;
         let done = f64::from(step + 1 - first);
         let eta = started.elapsed().as_secs_f64() / done * f64::from(total_steps - step - 1);

@@ -248,7 +248,69 @@ impl Store {
             params![batch.run.0, now_secs()],
         )
         .map_err(&err)?;
+        crate::crash::point("store.batch");
         tx.commit().map_err(&err)
+    }
+
+    /// Makes a run's rows agree with the checkpoint it resumes from, in one transaction that
+    /// also marks it running: every row of a step at or after `next_step` (metrics, log lines
+    /// with a step, trajectories, fidelity pairs, evaluations) is removed, and every checkpoint
+    /// row after `checkpoint_step`; the replay then writes them again. Returns how many rows
+    /// were removed. A log line without a step (such as the one this writes) is kept.
+    pub fn resume_run(&mut self, run: RunId, checkpoint_step: u64, next_step: u64) -> Result<u64> {
+        let err = self.err();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let mut removed = 0u64;
+        for table in [
+            "metrics",
+            "events",
+            "trajectories",
+            "fidelity_pairs",
+            "eval_results",
+        ] {
+            let n = tx
+                .execute(
+                    &format!("DELETE FROM {table} WHERE run_id = ?1 AND step >= ?2"),
+                    params![run.0, next_step as i64],
+                )
+                .map_err(&err)?;
+            removed += n as u64;
+        }
+        removed += tx
+            .execute(
+                "DELETE FROM checkpoints WHERE run_id = ?1 AND step > ?2",
+                params![run.0, checkpoint_step as i64],
+            )
+            .map_err(&err)? as u64;
+        let changed = tx
+            .execute(
+                "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                params![run.0, RunStatus::Running.as_str(), now_secs()],
+            )
+            .map_err(&err)?;
+        if changed == 0 {
+            return Err(Error::RunNotFound(run.0.to_string()));
+        }
+        let mut note = Batch::new(run);
+        note.events.push(EventRow {
+            wall_time: now_secs(),
+            level: "info".to_owned(),
+            step: None,
+            message: format!(
+                "resumed from the checkpoint at step {checkpoint_step}: continuing at step {next_step}, {removed} rows written after it removed"
+            ),
+            fields: serde_json::json!({
+                "checkpoint_step": checkpoint_step,
+                "next_step": next_step,
+                "rows_removed": removed,
+            }),
+        });
+        rows::insert_batch(&tx, &note).map_err(&err)?;
+        tx.commit().map_err(&err)?;
+        Ok(removed)
     }
 
     /// Runs `f` inside one read transaction: every query it makes sees the same snapshot,

@@ -3,7 +3,7 @@
 // the per-tool × step heatmap of rehearsal fidelity drawn from the run's metrics.
 
 import { commands, type EvalSeries, type StudioError } from "./bindings";
-import { HEAT_SCORES, benchmarks, budgetCurves, heatColor, heatGrid, isBudgetCategory, latestBars, type SeriesStore } from "./chartData";
+import { HEAT_SCORES, benchmarks, budgetCurves, heatColor, heatGrid, isBudgetCategory, isErrorMetric, latestBars, type SeriesStore } from "./chartData";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
 
@@ -65,7 +65,9 @@ export class BenchmarkPanel {
     const chosen = names.includes(this.select.value) ? this.select.value : names[0] ?? "";
     this.select.replaceChildren(...names.map((name) => h("option", { value: name, selected: name === chosen }, name)));
     this.note.hidden = names.length > 0;
-    const shown = this.series.filter((s) => s.benchmark === chosen && !isBudgetCategory(s.category));
+    const shown = this.series.filter(
+      (s) => s.benchmark === chosen && !isBudgetCategory(s.category) && !isErrorMetric(s.metric),
+    );
     this.chart.setSeries(
       shown.map((s) => ({ key: `${s.category}/${s.metric}`, steps: s.steps, values: s.values })),
       shown.map((s) => `${s.category}/${s.metric}`),

@@ -386,11 +386,25 @@ export function benchmarks(series: readonly EvalLike[]): string[] {
   return [...new Set(series.map((s) => s.benchmark))].sort();
 }
 
-/** The latest finite value of each series of `benchmark`, labelled `category/metric`. */
+/** Whether a metric is the standard error of another (`<metric>_se`), drawn as its band. */
+export function isErrorMetric(metric: string): boolean {
+  return metric.endsWith("_se");
+}
+
+/** Whether a category is one task family's share of an evaluation (`family/<name>`). */
+export function isFamilyCategory(category: string): boolean {
+  return category.startsWith("family/") || category.includes("/family/");
+}
+
+/**
+ * The latest finite value of each series of `benchmark` over all its tasks, labelled
+ * `category/metric` (standard errors and per-family figures are left to the charts).
+ */
 export function latestBars(series: readonly EvalLike[], benchmark: string): Bar[] {
   const bars: Bar[] = [];
   for (const s of series) {
     if (s.benchmark !== benchmark || isBudgetCategory(s.category)) continue;
+    if (isErrorMetric(s.metric) || isFamilyCategory(s.category)) continue;
     const last = lastValue({ key: "", steps: s.steps, values: s.values });
     if (last) bars.push({ label: `${s.category}/${s.metric}`, value: last.value, step: last.step });
   }
@@ -429,7 +443,7 @@ export function budgetCurves(series: readonly EvalLike[], benchmark: string): Bu
   const byKey = new Map<string, Map<number, number | null>>();
   for (const s of points) {
     const match = CURVE_CATEGORY.exec(s.category);
-    if (!match || !s.steps.includes(step)) continue;
+    if (!match || !s.steps.includes(step) || isErrorMetric(s.metric)) continue;
     const key = `${match[1]}/${s.metric}`;
     const curve = byKey.get(key) ?? new Map<number, number | null>();
     curve.set(Number(match[2]), valueAt(s, step));

@@ -23,7 +23,7 @@ const field = (id: string): Field => {
 describe("buildForm", () => {
   it("makes one section per top-level table, in file order", () => {
     expect(sections.map((s) => s.id)).toEqual([
-      "run", "model", "backend", "env", "judge", "sft", "rl", "rehearsal", "eval",
+      "run", "model", "backend", "env", "judge", "sft", "rl", "rehearsal", "eval", "init",
     ]);
     expect(sections.find((s) => s.id === "model")?.sections.map((s) => s.id)).toEqual(["model.tiny"]);
   });

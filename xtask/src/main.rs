@@ -3,6 +3,7 @@
 mod bench;
 mod bench_chart;
 mod bench_runs;
+mod bench_science;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,10 @@ commands:
                  chart       a chart of 1,000,000 points per series in the studio's
                              webview (Xvfb): first draw and zoom/pan redraws, ours
                              (decimated) vs plain uPlot given every point
+                 science     [--seeds A,B,C] per seed: SFT once, then real-environment
+                             GRPO, rehearsal GRPO and more SFT from that checkpoint;
+                             held-out success (greedy, pass@k, per family) and test-time
+                             rehearsal curves, mean ± standard error over seeds
 ";
 
 fn main() {
@@ -45,7 +50,7 @@ fn run() -> Result<()> {
         Some("setup") => setup::ensure_all(),
         Some("run") => main_job(&root),
         Some("test") => test_all(),
-        Some("bench") => run_bench(&root, args.get(1).map(String::as_str)),
+        Some("bench") => run_bench(&root, args.get(1).map(String::as_str), &args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
             Ok(())
@@ -219,7 +224,7 @@ fn main_job(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn run_bench(root: &Path, name: Option<&str>) -> Result<()> {
+fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
     // Each benchmark prints one JSON object and writes it to target/bench/NAME.json; the others
     // (rollout, quickstart) land with the issues that set their targets.
     match name {
@@ -227,14 +232,15 @@ fn run_bench(root: &Path, name: Option<&str>) -> Result<()> {
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),
+        Some("science") => bench_science::science(root, &bench_science::parse_seeds(args)?),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart, chart"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart, chart, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart, chart"
+                "no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart, chart, science"
             )
         }
     }

@@ -82,7 +82,10 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     let expected: Vec<(u64, String, String)> =
         ["parallel/1", "parallel/2", "sequential/1", "sequential/2"]
             .iter()
-            .flat_map(|c| ["score", "success"].map(|m| (5, format!("rehearsal/{c}"), m.to_owned())))
+            .flat_map(|c| {
+                ["score", "score_se", "success", "success_se"]
+                    .map(|m| (5, format!("rehearsal/{c}"), m.to_owned()))
+            })
             .collect();
     assert_eq!(curve, expected);
 }

@@ -11,8 +11,9 @@
 //! `SHARE` (`[sft].rehearse_share`). Batches come from `sft::batch_items`; `MB` micro-batch size (8).
 use envace::config::LrSchedule;
 use envace::config::{self, Role, TaskSplit};
+use envace::eval::heldout;
 use envace::rl::session::{Session, load_sources, task_pool};
-use envace::rl::{AdamW, accumulate, grpo, learning_rate, pad_batch, token_logprobs};
+use envace::rl::{AdamW, accumulate, learning_rate, pad_batch, token_logprobs};
 use envace::rollout::EpisodeRecord;
 use envace::store::{RunWriter, Store};
 use std::time::Instant;
@@ -67,11 +68,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         items.retain(|i| i.role == Role::Act);
     }
     let max_len = (config.rl.max_prompt_tokens + config.rl.max_response_tokens) as usize;
-    let mean_len = items
-        .iter()
-        .map(|i| i.window(max_len).0.len())
-        .sum::<usize>() as f64
-        / items.len() as f64;
+    let mean_len =
+        items.iter().map(|i| i.window_len(max_len)).sum::<usize>() as f64 / items.len() as f64;
     println!(
         "items {} mean window {mean_len:.0} built in {:.1}s",
         items.len(),
@@ -85,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             item.role,
             item.tokens.len(),
             tokens.len(),
-            session.codec.decode(tokens)?
+            session.codec.decode(&tokens)?
         );
     }
     let roles = vec![Role::Act, Role::Rehearse];
@@ -98,7 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for step in 0..steps {
         let picked = envace::rl::sft::batch_items(&items, 12345, step, bs, share);
         let mut batch_items: Vec<_> = picked.iter().map(|&i| &items[i]).collect();
-        batch_items.sort_by_key(|item| item.window(max_len).0.len());
+        batch_items.sort_by_key(|item| item.window_len(max_len));
         let total: usize = batch_items
             .iter()
             .map(|i| i.n_trained(max_len, &roles))
@@ -130,8 +128,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if (step + 1) % every == 0 {
             let te = Instant::now();
-            let episodes = grpo::evaluation_episodes(&session, &test, step + 1)?;
-            let (mean, succ) = grpo::eval_summary(&episodes);
+            let episodes = heldout::evaluation_episodes(&session, &test, step + 1)?;
+            let report = heldout::Report::of(&test, &episodes, &[]);
+            let (mean, succ) = (report.all.score.mean, report.all.success.mean);
             if std::env::var("SHOW").is_ok() {
                 show(&session, &episodes[..episodes.len().min(6)])?;
             }

@@ -50,6 +50,7 @@ fn function_tasks(n: usize) -> Vec<Arc<GenTask>> {
         split: TaskSplit::Train,
         difficulty: 1,
         n_tasks: n,
+        families: Vec::new(),
     };
     tasks::generate(Domain::Functions, &no_sources(), &config)
         .unwrap()

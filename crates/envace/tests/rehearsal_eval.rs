@@ -1,14 +1,14 @@
 //! Test-time private rehearsal on a real (untrained, tiny) policy: imagined attempts run in
 //! rehearse mode with nothing real in them, sequential attempts see the earlier ones, and the
-//! committed attempt acts on the real environment with the memory before the request, cut to
-//! `max_memory_tokens`.
+//! committed attempt acts on the real environment with the memory as the turn after the
+//! request, within `max_memory_tokens` and every attempt given its share of them.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 use std::sync::Arc;
 
 use envace::config::{self, RehearsalMode, TaskSplit};
-use envace::eval::rehearsal::{imagined_attempts, rehearsed_episodes};
-use envace::rl::grpo::committed_episodes;
+use envace::eval::heldout::committed_episodes;
+use envace::eval::rehearsal::{MEMORY_HEADER, imagined_attempts, rehearsed_episodes};
 use envace::rl::session::{Session, load_sources, task_pool};
 use envace::rollout::EpisodeRecord;
 use envace::store::{RunWriter, Store};
@@ -17,6 +17,10 @@ use envace::tasks::GenTask;
 const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
 
 fn session(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<Arc<GenTask>>) {
+    session_with(dir, max_memory_tokens)
+}
+
+fn session_with(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<Arc<GenTask>>) {
     let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
     config.rehearsal.max_memory_tokens = max_memory_tokens;
     let store = Store::open(&dir.join("runs.sqlite")).unwrap();
@@ -31,7 +35,7 @@ fn session(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<Arc<G
     )
 }
 
-/// The acting conversation's user message.
+/// The acting conversation's first user message: the request.
 fn request(episode: &EpisodeRecord) -> &str {
     &episode
         .messages
@@ -39,6 +43,16 @@ fn request(episode: &EpisodeRecord) -> &str {
         .find(|m| m.role == "user")
         .unwrap()
         .content
+}
+
+/// The user message after the request: the rehearsal memory, when there is one.
+fn memory(episode: &EpisodeRecord) -> Option<&str> {
+    episode
+        .messages
+        .iter()
+        .filter(|m| m.role == "user")
+        .nth(1)
+        .map(|m| m.content.as_str())
 }
 
 #[test]
@@ -60,22 +74,20 @@ fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
             }
         }
         for episode in par {
-            assert_eq!(
-                request(episode),
-                task.request,
-                "parallel attempts are independent"
-            );
+            assert_eq!(request(episode), task.request);
+            assert_eq!(memory(episode), None, "parallel attempts are independent");
         }
         assert_eq!(request(&seq[0]), task.request);
-        let second = request(&seq[1]);
+        assert_eq!(memory(&seq[0]), None);
+        assert_eq!(request(&seq[1]), task.request);
+        let second = memory(&seq[1]).unwrap();
         assert!(second.starts_with("Private rehearsal"));
-        assert!(second.ends_with(&format!("\n\n{}", task.request)));
         assert!(second.contains("\nAttempt 1: ") && !second.contains("Attempt 2:"));
     }
 }
 
 #[test]
-fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
+fn the_committed_attempt_acts_for_real_with_the_memory_after_the_request() {
     let dir = tempfile::tempdir().unwrap();
     let (session, tasks) = session(dir.path(), 1024);
     let plain = committed_episodes(&session, &tasks, 0, None).unwrap();
@@ -91,8 +103,8 @@ fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
         for (task, episode) in tasks.iter().zip(&committed) {
             assert_eq!(episode.mode, "real");
             assert!(episode.reward.is_some() || episode.masked());
-            let text = request(episode);
-            let memory = text.strip_suffix(&format!("\n\n{}", task.request)).unwrap();
+            assert_eq!(request(episode), task.request);
+            let memory = memory(episode).unwrap();
             assert!(
                 memory.starts_with("Private rehearsal (imagined attempts; nothing was executed):")
             );
@@ -103,20 +115,31 @@ fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
 }
 
 #[test]
-fn the_memory_is_cut_to_max_memory_tokens() {
+fn the_memory_stays_within_max_memory_tokens_and_every_attempt_gets_its_share() {
     let dir = tempfile::tempdir().unwrap();
     let (session, tasks) = session(dir.path(), 16);
     let committed = rehearsed_episodes(&session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
-    for (task, episode) in tasks.iter().zip(&committed) {
-        let memory = request(episode)
-            .strip_suffix(&format!("\n\n{}", task.request))
-            .unwrap();
+    for episode in &committed {
+        let memory = memory(episode).unwrap();
         let n_tokens = session.codec.encode(memory).unwrap().len();
         assert!(n_tokens <= 16, "{n_tokens} tokens: {memory:?}");
         assert!(memory.starts_with("Private"));
-        assert!(
-            !memory.contains("Attempt 4:"),
-            "cut before the fourth attempt"
-        );
+    }
+    // With room for the header and 12 tokens per attempt, each of 4 attempts is seen, however
+    // long the first one is.
+    let header = session
+        .codec
+        .encode(&format!("{MEMORY_HEADER}\n"))
+        .unwrap()
+        .len() as u32;
+    let (session, tasks) = session_with(dir.path(), header + 4 * 12);
+    let committed = rehearsed_episodes(&session, &tasks, 0, RehearsalMode::Parallel, 4).unwrap();
+    for episode in &committed {
+        let memory = memory(episode).unwrap();
+        let n_tokens = session.codec.encode(memory).unwrap().len() as u32;
+        assert!(n_tokens <= header + 4 * 12, "{n_tokens} tokens: {memory:?}");
+        for k in 1..=4 {
+            assert!(memory.contains(&format!("\nAttempt {k}:")), "{memory:?}");
+        }
     }
 }

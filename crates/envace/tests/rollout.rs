@@ -45,6 +45,7 @@ fn gen_tasks(domain: Domain, difficulty: u32, n_tasks: usize) -> Vec<Arc<GenTask
         split: TaskSplit::Train,
         difficulty,
         n_tasks,
+        families: Vec::new(),
     };
     tasks::generate(domain, sources(), &config)
         .unwrap()
@@ -448,6 +449,68 @@ fn long_contexts_are_cut_from_the_left() {
                 .windows(2)
                 .all(|w| w[0].end <= w[1].context_start + 64)
         );
+    }
+}
+
+#[test]
+fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle() {
+    let tasks = gen_tasks(Domain::Functions, 1, 2);
+    let mut settings = settings(ResponseMode::Real);
+    settings.max_turns = 4;
+    settings.tool_prompt = ToolPrompt::Names;
+    settings.max_prompt_tokens = 200;
+    let memory = "Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: add";
+    let call =
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
+    let mut prompts: Vec<(usize, usize, String)> = Vec::new();
+    let episodes = {
+        let mut actor = Scripted::new(|request: &GenRequest, prompt: &str| {
+            prompts.push((request.episode_idx, request.prompt.len(), prompt.to_owned()));
+            call.to_owned()
+        });
+        let codec = codec();
+        let mut specs = specs(&tasks);
+        for spec in &mut specs {
+            spec.memory = Some(memory.to_owned());
+        }
+        run_batch(
+            specs,
+            &settings,
+            &codec,
+            &mut RoleRouter {
+                act: &mut actor,
+                rehearse: &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+            },
+            None,
+            &RuleJudge::new(sources().clone()),
+            &mut ResponseCache::new(4),
+        )
+        .unwrap()
+    };
+    // Every act prompt fits, starts with the system turn and holds the request.
+    for (episode_idx, len, prompt) in &prompts {
+        assert!(*len <= 200, "{len} tokens");
+        assert!(
+            prompt.starts_with("<|im_start|>system\nTools: add, subtract"),
+            "{prompt:?}"
+        );
+        assert!(prompt.contains(&tasks[*episode_idx].request), "{prompt:?}");
+    }
+    // The first turn sees the memory; once the turns outgrow the budget, the memory (the
+    // oldest middle) is cut first.
+    assert!(prompts[0].2.contains(memory));
+    let last = &prompts.last().unwrap().2;
+    assert!(!last.contains("Attempt 1: add"), "{last:?}");
+    for episode in &episodes {
+        let act = &episode.samples[0];
+        let cut = act.windows.iter().filter(|w| w.pinned > 0).count();
+        assert!(cut > 0, "later turns cut the middle: {:?}", act.windows);
+        for window in &act.windows {
+            assert!(window.pinned + window.start - window.context_start <= 200);
+            // The context the window names is the prompt the generator saw.
+            let context = window.context(&act.tokens);
+            assert!(context.len() <= 200);
+        }
     }
 }
 

@@ -57,6 +57,7 @@ fn items() -> Vec<TrainItem> {
             labels,
             advantage: [0.5, -1.0, 0.25][row as usize],
             start: 0,
+            pinned: 0,
         });
     }
     out
@@ -293,11 +294,16 @@ fn the_same_seed_gives_the_same_metrics_for_five_steps() {
         .eval_results(run)
         .unwrap()
         .into_iter()
+        .filter(|r| r.category == "all")
         .map(|r| (r.step, r.metric, r.value))
         .collect();
     stored.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     assert_eq!(announced, stored);
-    assert_eq!(announced.len(), 4, "score and success after steps 3 and 5");
+    assert_eq!(
+        announced.len(),
+        8,
+        "score and success with their standard errors after steps 3 and 5"
+    );
     let pruned_store = Store::open(&second).unwrap();
     let pruned_run = pruned_store.view().runs().unwrap()[0].id;
     let kept = pruned_store.view().checkpoints(pruned_run).unwrap();
@@ -346,7 +352,8 @@ fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
         ["parallel/1", "parallel/2", "sequential/1", "sequential/2"]
             .iter()
             .flat_map(|c| {
-                ["score", "success"].map(|m| (2, format!("rehearsal/{c}"), m.to_owned(), 2))
+                ["score", "score_se", "success", "success_se"]
+                    .map(|m| (2, format!("rehearsal/{c}"), m.to_owned(), 2))
             })
             .collect();
     assert_eq!(
@@ -364,5 +371,5 @@ fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
         .flatten()
         .filter(|k| k.starts_with("rehearsal/"))
         .collect();
-    assert_eq!(announced.len(), 8, "{announced:?}");
+    assert_eq!(announced.len(), 16, "{announced:?}");
 }

@@ -53,6 +53,28 @@ pub struct ExperimentConfig {
     /// Benchmarks run during and after training.
     #[serde(default)]
     pub eval: EvalConfig,
+    /// Start from another run's checkpoint instead of new or pretrained weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<InitConfig>,
+}
+
+/// `[init]`: the policy starts from a checkpoint of another run (its weights, tokenizer and
+/// few-shot response cache), e.g. every RL arm of a comparison from the same SFT checkpoint.
+/// `[model]` then only names the architecture family the checkpoint must have been trained
+/// with; its sizes are the checkpoint's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InitConfig {
+    /// The run: its id or its name (the newest run with that name).
+    #[schemars(length(min = 1))]
+    pub run: String,
+    /// The step of the checkpoint; the run's latest checkpoint when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
+    /// The run store holding that run; the store this run is written to when absent. A
+    /// relative path resolves against the config file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<PathBuf>,
 }
 
 /// `[run]`: identity and bookkeeping of a run.
@@ -319,6 +341,18 @@ pub enum ToolResponseMode {
     Mixed,
 }
 
+/// Where the few-shot examples of rehearse prompts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FewShotSource {
+    /// Real responses of the SFT corpus (offline data), fixed once SFT has built them: the
+    /// real environment never reaches a rehearse prompt during RL (as in the reference).
+    #[default]
+    Offline,
+    /// Also every real response seen during RL (real calls and fidelity replays).
+    Live,
+}
+
 /// How much of the tools' descriptions the prompts carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -376,6 +410,15 @@ pub struct EnvConfig {
     /// Tool schemas or only tool names in the act and rehearse prompts.
     #[serde(default)]
     pub tool_prompt: ToolPrompt,
+    /// Where rehearse prompts' few-shot examples come from: the SFT corpus only (`offline`)
+    /// or also the real responses seen during RL (`live`). Fidelity is measured either way.
+    #[serde(default)]
+    pub few_shot_source: FewShotSource,
+    /// Generated task families to draw from (e.g. `["fn_arithmetic", "fn_units_named"]`,
+    /// `envace config families` lists them); empty draws every family `difficulty` allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("uniqueItems" = true))]
+    pub families: Vec<String>,
     /// The external simulator, required when `tool_response_mode = "external"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<EndpointConfig>,
@@ -395,6 +438,8 @@ impl Default for EnvConfig {
             mix_ratio: defaults::mix_ratio(),
             n_few_shot: defaults::n_few_shot(),
             tool_prompt: ToolPrompt::default(),
+            few_shot_source: FewShotSource::default(),
+            families: Vec::new(),
             external: None,
         }
     }
@@ -497,6 +542,15 @@ pub struct SftConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub rehearse_share: Option<f64>,
+    /// Linear warm-up steps; the first 5% of `n_steps` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup_steps: Option<u32>,
+    /// Fraction of tasks whose act sample is also trained with a rehearsal memory before the
+    /// request (imagined attempts: the oracle's own and deliberately wrong calls with their
+    /// real errors), so that the policy learns to act on one at test time.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub memory_share: f64,
 }
 
 impl Default for SftConfig {
@@ -512,6 +566,8 @@ impl Default for SftConfig {
             lr_schedule: LrSchedule::default(),
             min_lr_ratio: defaults::sft_min_lr_ratio(),
             rehearse_share: None,
+            warmup_steps: None,
+            memory_share: 0.0,
         }
     }
 }
@@ -651,6 +707,22 @@ pub struct RlConfig {
     #[serde(default)]
     #[schemars(extend("uniqueItems" = true))]
     pub frozen_roles: Vec<Role>,
+    /// Keep SFT's AdamW moments for RL (weight decay switched to `weight_decay`) instead of
+    /// starting RL with fresh ones; with `[init]`, the checkpoint's moments when it has them.
+    #[serde(default)]
+    pub carry_optimizer: bool,
+    /// Dynamic sampling (a departure from the paper, after DAPO): a group whose rewards are
+    /// all equal carries no advantage, so it is dropped and the next prompts of the pool are
+    /// rolled out until `batch_size` groups carry a signal or every prompt of the pool was
+    /// tried in this step.
+    #[serde(default)]
+    pub dynamic_sampling: bool,
+    /// Fraction of each step's groups rolled out a second time with a rehearsal memory of the
+    /// first rollouts after the request (their own group for the baseline), so that RL also
+    /// trains acting on a memory.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub memory_share: f64,
 }
 
 impl Default for RlConfig {
@@ -678,6 +750,9 @@ impl Default for RlConfig {
             max_prompt_tokens: defaults::max_prompt_tokens(),
             max_response_tokens: defaults::max_response_tokens(),
             frozen_roles: Vec::new(),
+            carry_optimizer: false,
+            dynamic_sampling: false,
+            memory_share: 0.0,
         }
     }
 }
@@ -698,7 +773,7 @@ pub enum RehearsalMode {
 /// `[rehearsal]`: private rehearsal at test time. Before its one committed attempt at a
 /// held-out task the policy rehearses imagined attempts (it acts and plays the tools itself;
 /// nothing is executed), condenses them into a memory, and then acts for real with that
-/// memory before the request.
+/// memory after the request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RehearsalConfig {
@@ -778,7 +853,9 @@ pub struct EvalConfig {
     /// Evaluate every this many RL steps; 0 evaluates only at the end.
     #[serde(default = "defaults::eval_interval_steps")]
     pub interval_steps: u32,
-    /// Trials per task (pass^k is computed over them).
+    /// Trials per held-out task: above 1, besides the greedy attempt each task is attempted
+    /// this many times sampled at `[rl].temperature`, and pass@k is reported for k = 1, 2, 4,
+    /// 8 up to `n_trials` (pass^k for the τ²-bench runner).
     #[serde(default = "defaults::n_trials")]
     #[schemars(range(min = 1, max = 64))]
     pub n_trials: u32,
@@ -807,10 +884,12 @@ impl Default for EvalConfig {
 impl ExperimentConfig {
     /// Makes every relative path absolute against `base` (the config file's folder).
     pub fn resolve_paths(&mut self, base: &Path) {
+        let init_store = self.init.as_mut().and_then(|init| init.store.as_mut());
         for path in [
-            &mut self.model.path,
-            &mut self.env.data_dir,
-            &mut self.eval.data_dir,
+            self.model.path.as_mut(),
+            self.env.data_dir.as_mut(),
+            self.eval.data_dir.as_mut(),
+            init_store,
         ]
         .into_iter()
         .flatten()

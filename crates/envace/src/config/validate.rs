@@ -707,6 +707,13 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
             );
         }
     }
+    if env.task_source != TaskSource::Generated && !env.families.is_empty() {
+        issue(
+            "env.families",
+            "families choose among generated tasks; remove it or set task_source = \"generated\""
+                .into(),
+        );
+    }
     if env.tool_response_mode == ToolResponseMode::External && env.external.is_none() {
         issue(
             "env.tool_response_mode",
@@ -735,6 +742,22 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
         issue(
             "sft.rehearse_share",
             "rehearse_share splits each batch between the roles, so sft.roles must list both \"act\" and \"rehearse\"".into(),
+        );
+    }
+    if sft.memory_share > 0.0 && !sft.roles.contains(&Role::Act) {
+        issue(
+            "sft.memory_share",
+            "memory_share adds act samples with a rehearsal memory, so sft.roles must list \"act\""
+                .into(),
+        );
+    }
+    if let Some(warmup) = sft.warmup_steps
+        && sft.enabled
+        && warmup > sft.n_steps
+    {
+        issue(
+            "sft.warmup_steps",
+            format!("warmup_steps = {warmup} exceeds n_steps = {}", sft.n_steps),
         );
     }
     if sft.enabled && model.source == ModelSource::Tiny && env.task_source == TaskSource::Tau2 {

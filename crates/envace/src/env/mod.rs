@@ -253,9 +253,28 @@ impl ToolSet {
             } else {
                 path
             };
+            // Name every allowed value (the validator's own message names only the first
+            // two), so that a caller can correct its call from the error alone.
+            let message = match err.kind() {
+                jsonschema::error::ValidationErrorKind::Enum { options } => {
+                    let shown: Vec<String> = options
+                        .as_array()
+                        .map(|values| values.iter().map(Value::to_string).collect())
+                        .unwrap_or_default();
+                    match shown.split_last() {
+                        Some((last, rest)) if !rest.is_empty() => format!(
+                            "{} is not one of {} or {last}",
+                            err.instance(),
+                            rest.join(", ")
+                        ),
+                        _ => err.to_string(),
+                    }
+                }
+                _ => err.to_string(),
+            };
             return Err(ToolFailure::new(
                 ErrorCode::InvalidParameters,
-                format!("argument `{path}` of {name}: {err}"),
+                format!("argument `{path}` of {name}: {message}"),
             ));
         }
         Ok(args)

@@ -1,4 +1,6 @@
-//! Evaluation of a policy beyond the training loop's held-out check: test-time private
-//! rehearsal and its rehearsal-budget curves (`rehearsal`).
+//! Evaluation of a policy: held-out generated tasks with standard errors, per family and
+//! pass@k (`heldout`), and test-time private rehearsal with its rehearsal-budget curves
+//! (`rehearsal`).
 
+pub mod heldout;
 pub mod rehearsal;

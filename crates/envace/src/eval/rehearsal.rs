@@ -11,20 +11,21 @@
 //!
 //! How it departs from the paper: attempts are rehearsed once per task, before the episode,
 //! not before every committed action; the memory is a plain-text list of each attempt's calls,
-//! rehearsed responses and answer, cut to `[rehearsal].max_memory_tokens`, not a summary the
-//! model writes.
+//! rehearsed responses (errors included) and answer, every attempt cut to an equal share of
+//! `[rehearsal].max_memory_tokens`, not a summary the model writes. SFT (`[sft].memory_share`)
+//! and RL (`[rl].memory_share`) train acting on such memories.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::heldout::{
+    self, Report, committed_episodes, episodes_of, rollout_sampling, step_settings,
+};
 use crate::config::RehearsalMode;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::Result;
-use crate::rl::grpo::{
-    committed_episodes, episodes_of, eval_summary, rollout_sampling, step_settings, store_eval_rows,
-};
+use crate::rehearse::render_for_agent;
 use crate::rl::session::Session;
-use crate::rollout::{EndReason, EpisodeRecord, ResponseMode};
+use crate::rollout::{EndReason, EpisodeRecord, ResponseMode, TokenCodec};
 use crate::tasks::GenTask;
 
 /// The eval_results category of a budget-curve point, e.g. `rehearsal/parallel/4`.
@@ -40,53 +41,113 @@ pub fn curve_category(style: RehearsalMode, budget: usize) -> String {
 /// Longest answer text kept per attempt in a memory, in characters.
 const MAX_ANSWER_CHARS: usize = 240;
 
+/// One attempt as a rehearsal memory shows it: each call with the response it got (as the
+/// agent would read it, errors as `Error: …`), then how the attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptSummary {
+    /// `name {arguments} -> response`, one per call in order.
+    pub calls: Vec<String>,
+    /// `answer: "…"`, or why the attempt ended without one.
+    pub outcome: String,
+}
+
+impl AttemptSummary {
+    /// The summary of an (imagined) episode.
+    pub fn of(episode: &EpisodeRecord) -> Self {
+        let mut calls = Vec::new();
+        for turn in &episode.turns {
+            for call in &turn.calls {
+                let call_text = match (&call.name, &call.arguments) {
+                    (Some(name), Some(arguments)) => format!("{name} {arguments}"),
+                    _ => format!(
+                        "malformed call {:?}",
+                        call.raw.as_deref().unwrap_or_default()
+                    ),
+                };
+                calls.push(format!(
+                    "{call_text} -> {}",
+                    render_for_agent(&call.response)
+                ));
+            }
+        }
+        let outcome = match &episode.end {
+            EndReason::FinalAnswer => {
+                let answer = episode.turns.last().map_or("", |t| t.text.trim());
+                Self::answer(answer)
+            }
+            EndReason::MaxTurns => "no answer within the turn limit".to_owned(),
+            EndReason::ErrorToolCall { code } => format!("ended by {code}"),
+            EndReason::TemplateNotIncremental => "ended: template".to_owned(),
+            EndReason::Fault { reason } => format!("ended: {reason}"),
+        };
+        AttemptSummary { calls, outcome }
+    }
+
+    /// The outcome of an attempt that answered `text`.
+    pub fn answer(text: &str) -> String {
+        let answer: String = text.chars().take(MAX_ANSWER_CHARS).collect();
+        format!("answer: {answer:?}")
+    }
+
+    /// The memory line of attempt `attempt_idx` (0-based).
+    pub fn line(&self, attempt_idx: usize) -> String {
+        let mut parts = self.calls.clone();
+        parts.push(self.outcome.clone());
+        format!("Attempt {}: {}", attempt_idx + 1, parts.join("; "))
+    }
+}
+
 /// The memory line of one imagined attempt: each call with its rehearsed response, then the
 /// answer or why the attempt ended.
 pub fn attempt_line(attempt_idx: usize, episode: &EpisodeRecord) -> String {
-    let mut parts = Vec::new();
-    for turn in &episode.turns {
-        for call in &turn.calls {
-            let call_text = match (&call.name, &call.arguments) {
-                (Some(name), Some(arguments)) => format!("{name} {arguments}"),
-                _ => format!(
-                    "malformed call {:?}",
-                    call.raw.as_deref().unwrap_or_default()
-                ),
-            };
-            parts.push(format!("{call_text} -> {}", call.response));
-        }
-    }
-    match &episode.end {
-        EndReason::FinalAnswer => {
-            let answer = episode.turns.last().map_or("", |t| t.text.trim());
-            let answer: String = answer.chars().take(MAX_ANSWER_CHARS).collect();
-            parts.push(format!("answer: {answer:?}"));
-        }
-        EndReason::MaxTurns => parts.push("no answer within the turn limit".to_owned()),
-        EndReason::ErrorToolCall { code } => parts.push(format!("ended by {code}")),
-        EndReason::TemplateNotIncremental => parts.push("ended: template".to_owned()),
-        EndReason::Fault { reason } => parts.push(format!("ended: {reason}")),
-    }
-    format!("Attempt {}: {}", attempt_idx + 1, parts.join("; "))
+    AttemptSummary::of(episode).line(attempt_idx)
 }
 
-/// The memory shown to the committed attempt (or the next sequential one): a header and one
-/// line per imagined attempt, cut to `max_tokens` tokens of the policy's tokenizer.
+/// The first line of every rehearsal memory.
+pub const MEMORY_HEADER: &str = "Private rehearsal (imagined attempts; nothing was executed):";
+
+/// A rehearsal memory of `attempts` in at most `max_tokens` tokens of `codec`: the header,
+/// then one line per attempt, each cut to an equal share of the tokens left, so that every
+/// attempt is seen however long the first one is.
+pub fn memory_text(
+    attempts: &[AttemptSummary],
+    codec: &TokenCodec,
+    max_tokens: usize,
+) -> Result<String> {
+    let mut text = MEMORY_HEADER.to_owned();
+    if attempts.is_empty() {
+        return Ok(text);
+    }
+    let header_tokens = codec.encode(&format!("{MEMORY_HEADER}\n"))?.len();
+    let share = max_tokens.saturating_sub(header_tokens) / attempts.len();
+    for (idx, attempt) in attempts.iter().enumerate() {
+        let line = attempt.line(idx);
+        let ids = codec.encode(&line)?;
+        if ids.len() < share {
+            text.push('\n');
+            text.push_str(&line);
+        } else if share > 1 {
+            text.push('\n');
+            text.push_str(codec.decode(&ids[..share - 1])?.trim_end());
+        }
+    }
+    // A budget smaller than the header cuts the header too.
+    let ids = codec.encode(&text)?;
+    if ids.len() > max_tokens {
+        return codec.decode(&ids[..max_tokens]);
+    }
+    Ok(text)
+}
+
+/// The memory shown to the committed attempt (or the next sequential one): the imagined
+/// attempts in at most `max_tokens` tokens of the policy's tokenizer ([`memory_text`]).
 pub fn memory_of(
     attempts: &[&EpisodeRecord],
     session: &Session,
     max_tokens: usize,
 ) -> Result<String> {
-    let mut text = String::from("Private rehearsal (imagined attempts; nothing was executed):");
-    for (idx, episode) in attempts.iter().enumerate() {
-        text.push('\n');
-        text.push_str(&attempt_line(idx, episode));
-    }
-    let ids = session.codec.encode(&text)?;
-    if ids.len() <= max_tokens {
-        return Ok(text);
-    }
-    session.codec.decode(&ids[..max_tokens])
+    let summaries: Vec<AttemptSummary> = attempts.iter().map(|e| AttemptSummary::of(e)).collect();
+    memory_text(&summaries, &session.codec, max_tokens)
 }
 
 /// One imagined attempt at each task (`copies` per task, side by side), each with its memory
@@ -201,16 +262,18 @@ pub fn budget_curve(
                 ),
             });
             let episodes = rehearsed_episodes(session, tasks, step, style, budget as usize)?;
-            let (mean, success) = eval_summary(&episodes);
-            store_eval_rows(session, step, &category, tasks.len(), mean, success)?;
+            let report = Report::of(tasks, &episodes, &[]);
+            heldout::store_report(session, step, &category, &report, false)?;
             hooks.emit(Event::Eval {
                 step,
-                benchmark: "generated_test".to_owned(),
+                benchmark: heldout::BENCHMARK.to_owned(),
                 n_tasks: tasks.len(),
-                metrics: BTreeMap::from([
-                    (format!("{category}/score"), mean),
-                    (format!("{category}/success"), success),
-                ]),
+                metrics: report
+                    .all
+                    .metrics()
+                    .into_iter()
+                    .map(|(metric, value)| (format!("{category}/{metric}"), value))
+                    .collect(),
             });
         }
     }
@@ -276,7 +339,7 @@ mod tests {
             ],
             EndReason::FinalAnswer,
         );
-        expect![[r#"Attempt 1: add {"a":3,"b":4} -> {"result":7}; malformed call "{\"name\": add" -> {"error":"INVALID_TOOL_CALL_FORMAT"}; answer: "The sum is 7.""#]]
+        expect![[r#"Attempt 1: add {"a":3,"b":4} -> 7; malformed call "{\"name\": add" -> {"error": "INVALID_TOOL_CALL_FORMAT"}; answer: "The sum is 7.""#]]
             .assert_eq(&attempt_line(0, &answered));
         let cut = episode(
             Vec::new(),

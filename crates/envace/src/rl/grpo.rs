@@ -33,17 +33,17 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
-use crate::config::{AdvantageBaseline, KlType, RehearsalMode, RlConfig, Role};
+use crate::config::{AdvantageBaseline, FewShotSource, KlType, RlConfig, Role};
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
+use crate::eval::heldout::{self, episode_specs, rollout_sampling, step_settings};
 use crate::fidelity::{self, Scores};
-use crate::model::{Policy, Sampling};
+use crate::model::Policy;
 use crate::rollout::{
-    EpisodeRecord, EpisodeSpec, Label, PolicyGenerator, ResponseMode, RolloutSettings, Simulator,
-    record_episodes, run_batch,
+    EpisodeRecord, Generator, Label, PolicyGenerator, Simulator, record_episodes, run_batch,
 };
-use crate::store::{Batch, EvalRow, now_secs};
-use crate::tasks::{self, GenTask};
+use crate::store::Batch;
+use crate::tasks::GenTask;
 
 use super::session::{Phase, Session};
 use super::{AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
@@ -255,196 +255,185 @@ pub fn role_metrics(items: &[(TrainItem, f64)], sums: &[RoleSums]) -> BTreeMap<S
     out
 }
 
-/// The rollout settings of step `step`: the experiment's, with a seed derived from the step.
-pub(crate) fn step_settings(session: &Session, step: u32) -> RolloutSettings {
-    let mut settings = RolloutSettings::from_config(&session.config);
-    settings.seed = session
-        .config
-        .run
-        .seed
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(u64::from(step) + 1);
-    settings
+/// A step's rollouts.
+#[derive(Debug)]
+pub struct StepRollouts {
+    /// Every episode of the step, numbered across rounds.
+    pub episodes: Vec<EpisodeRecord>,
+    /// Groups (prompts, and their memory groups) rolled out.
+    pub n_groups: usize,
+    /// Groups whose unmasked rewards differ: the only ones with a non-zero advantage.
+    pub n_signal_groups: usize,
+    /// Groups left out of the loss (dynamic sampling drops those without signal).
+    pub dropped_groups: Vec<String>,
+    /// Rounds of rollouts (more than one only under dynamic sampling).
+    pub n_rounds: usize,
 }
 
-/// The tasks of step `step`: `batch_size` consecutive tasks of the pool, wrapping around.
-fn step_tasks(pool: &[Arc<GenTask>], step: u32, batch_size: usize) -> Vec<Arc<GenTask>> {
-    (0..batch_size)
-        .filter_map(|slot| {
-            pool.get((step as usize * batch_size + slot) % pool.len().max(1))
-                .cloned()
-        })
-        .collect()
+/// Whether a group's unmasked rewards differ (so that some advantage is not zero).
+pub fn has_signal(episodes: &[&EpisodeRecord]) -> bool {
+    let rewards: Vec<f64> = episodes
+        .iter()
+        .filter(|e| !e.masked())
+        .filter_map(|e| e.reward)
+        .collect();
+    rewards.iter().any(|r| (r - rewards[0]).abs() > 1e-12)
 }
 
-/// Evaluates the policy on held-out tasks: greedy, real environment; returns the mean score
-/// and the success rate (score 1).
-pub fn evaluate(session: &Session, tasks: &[Arc<GenTask>], step: u32) -> Result<(f64, f64)> {
-    Ok(eval_summary(&evaluation_episodes(session, tasks, step)?))
-}
-
-/// The episodes of a held-out evaluation (greedy, real environment), in task order. With
-/// `[rehearsal].mode` on, each committed attempt follows the policy's private rehearsal of the
-/// task (`eval::rehearsal`).
-pub fn evaluation_episodes(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    step: u32,
-) -> Result<Vec<EpisodeRecord>> {
-    let rehearsal = &session.config.rehearsal;
-    match rehearsal.mode {
-        RehearsalMode::Off => committed_episodes(session, tasks, step, None),
-        style => {
-            let budget = rehearsal.budget as usize;
-            crate::eval::rehearsal::rehearsed_episodes(session, tasks, step, style, budget)
+/// The groups of `episodes` in order of first appearance, each with its episodes.
+fn groups_of(episodes: &[EpisodeRecord]) -> Vec<(String, Vec<&EpisodeRecord>)> {
+    let mut out: Vec<(String, Vec<&EpisodeRecord>)> = Vec::new();
+    for episode in episodes {
+        match out.iter_mut().find(|(group, _)| *group == episode.group) {
+            Some((_, members)) => members.push(episode),
+            None => out.push((episode.group.clone(), vec![episode])),
         }
     }
+    out
 }
 
-/// The committed (greedy, real-environment) attempts at `tasks`, each with its rehearsal
-/// memory when `memories` is given (one per task).
-pub fn committed_episodes(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
+/// The rollouts of RL step `step` (`rl_step` within RL): `batch_size` prompts of the pool from
+/// the step's offset, `group_size` episodes each. Under `[rl].dynamic_sampling` groups whose
+/// rewards are all equal are dropped and the next prompts rolled out, until `batch_size`
+/// groups carry a signal or every prompt of the pool was tried in this step. With
+/// `[rl].memory_share`, that share of the kept groups is rolled out again with a rehearsal
+/// memory of its first attempts (group `<task>#memory`). Few-shot examples come from the
+/// session's cache, which only `few_shot_source = "live"` lets the rollouts extend.
+/// `generator` plays the policy (the session's own in training).
+pub fn step_rollouts(
+    session: &mut Session,
+    pool: &[Arc<GenTask>],
     step: u32,
-    memories: Option<&[String]>,
-) -> Result<Vec<EpisodeRecord>> {
-    let mut settings = step_settings(session, step);
-    settings.mode = ResponseMode::Real;
-    settings.fidelity = false;
-    episodes_of(session, tasks, 1, &settings, Sampling::greedy(), memories)
-}
-
-/// `copies` episodes of each task (task-major, 32 episodes per batch at most), each with its
-/// task's memory when `memories` is given (one per task); few-shot examples come from a copy
-/// of the session's cache, which the episodes do not change.
-pub(crate) fn episodes_of(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    copies: usize,
-    settings: &RolloutSettings,
-    sampling: Sampling,
-    memories: Option<&[String]>,
-) -> Result<Vec<EpisodeRecord>> {
-    let copies = copies.max(1);
-    let mut generator = PolicyGenerator {
-        policy: session.policy.clone(),
-        sampling,
-        max_batch: 32,
+    rl_step: u32,
+    generator: &mut dyn Generator,
+) -> Result<StepRollouts> {
+    let rl = session.config.rl.clone();
+    let batch_size = rl.batch_size as usize;
+    let group_size = rl.group_size as usize;
+    let live = session.config.env.few_shot_source == FewShotSource::Live;
+    let mut out = StepRollouts {
+        episodes: Vec::new(),
+        n_groups: 0,
+        n_signal_groups: 0,
+        dropped_groups: Vec::new(),
+        n_rounds: 0,
     };
-    let tasks_per_batch = (16 / copies).max(1);
-    let mut episodes = Vec::with_capacity(tasks.len() * copies);
-    for (chunk_idx, chunk) in tasks.chunks(tasks_per_batch).enumerate() {
-        let mut specs = episode_specs(session, chunk, copies)?;
-        if let Some(memories) = memories {
-            for (offset, spec) in specs.iter_mut().enumerate() {
-                spec.memory = memories
-                    .get(chunk_idx * tasks_per_batch + offset / copies)
-                    .cloned();
+    let mut kept: Vec<Arc<GenTask>> = Vec::new();
+    let mut tried = 0usize;
+    let first = rl_step as usize * batch_size;
+    let mut run = |session: &mut Session,
+                   specs: Vec<crate::rollout::EpisodeSpec>,
+                   round: usize,
+                   out: &mut StepRollouts|
+     -> Result<Vec<EpisodeRecord>> {
+        let mut settings = step_settings(session, step);
+        settings.seed ^= (round as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        let simulator = session.simulator.as_ref().map(|s| s as &dyn Simulator);
+        let mut offline = session.cache.clone();
+        let cache = if live {
+            &mut session.cache
+        } else {
+            &mut offline
+        };
+        let mut episodes = run_batch(
+            specs,
+            &settings,
+            &session.codec,
+            &mut *generator,
+            simulator,
+            session.judge.as_ref(),
+            cache,
+        )?;
+        let offset = out.episodes.len();
+        for episode in &mut episodes {
+            episode.episode_idx += offset;
+        }
+        out.n_rounds += 1;
+        Ok(episodes)
+    };
+    while kept.len() < batch_size && tried < pool.len() {
+        let wanted = if rl.dynamic_sampling {
+            (batch_size - kept.len()).min(pool.len() - tried)
+        } else {
+            batch_size
+        };
+        let tasks: Vec<Arc<GenTask>> = (0..wanted)
+            .filter_map(|slot| pool.get((first + tried + slot) % pool.len()).cloned())
+            .collect();
+        tried += tasks.len();
+        let specs = episode_specs(session, &tasks, group_size)?;
+        let round = out.n_rounds;
+        let episodes = run(session, specs, round, &mut out)?;
+        for (task, (group, members)) in tasks.iter().zip(groups_of(&episodes)) {
+            out.n_groups += 1;
+            if has_signal(&members) {
+                out.n_signal_groups += 1;
+                kept.push(task.clone());
+            } else if rl.dynamic_sampling {
+                out.dropped_groups.push(group);
+            } else {
+                kept.push(task.clone());
             }
         }
-        let mut cache = session.cache.clone();
-        episodes.extend(run_batch(
-            specs,
-            settings,
-            &session.codec,
-            &mut generator,
-            None,
-            session.judge.as_ref(),
-            &mut cache,
-        )?);
-    }
-    Ok(episodes)
-}
-
-/// The mean score and the success rate (score 1) of judged episodes; masked ones do not count.
-pub fn eval_summary(episodes: &[EpisodeRecord]) -> (f64, f64) {
-    let scores: Vec<f64> = episodes.iter().filter_map(|e| e.reward).collect();
-    let n = scores.len().max(1) as f64;
-    let mean = scores.iter().sum::<f64>() / n;
-    let success = scores.iter().filter(|&&r| r >= 1.0 - 1e-9).count() as f64 / n;
-    (mean, success)
-}
-
-pub(crate) fn episode_specs(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    group_size: usize,
-) -> Result<Vec<EpisodeSpec>> {
-    let mut specs = Vec::with_capacity(tasks.len() * group_size);
-    for task in tasks {
-        for _ in 0..group_size {
-            specs.push(EpisodeSpec {
-                task: task.clone(),
-                env: tasks::fresh_env(task.domain, &session.sources)?,
-                group: task.id.clone(),
-                memory: None,
-            });
+        out.episodes.extend(episodes);
+        if !rl.dynamic_sampling {
+            break;
         }
     }
-    Ok(specs)
+    let n_memory = ((kept.len() as f64) * rl.memory_share).round() as usize;
+    if n_memory > 0 {
+        let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
+        let mut memories = Vec::with_capacity(n_memory);
+        for task in &kept[..n_memory] {
+            let attempts: Vec<&EpisodeRecord> =
+                out.episodes.iter().filter(|e| e.group == task.id).collect();
+            memories.push(crate::eval::rehearsal::memory_of(
+                &attempts, session, max_tokens,
+            )?);
+        }
+        let mut specs = episode_specs(session, &kept[..n_memory], group_size)?;
+        for (idx, spec) in specs.iter_mut().enumerate() {
+            spec.memory = memories.get(idx / group_size).cloned();
+            spec.group = format!("{}#memory", spec.group);
+        }
+        let round = out.n_rounds;
+        let episodes = run(session, specs, round, &mut out)?;
+        for (_, members) in groups_of(&episodes) {
+            out.n_groups += 1;
+            if has_signal(&members) {
+                out.n_signal_groups += 1;
+            }
+        }
+        out.episodes.extend(episodes);
+    }
+    Ok(out)
 }
 
-/// The event of a held-out evaluation written by [`write_eval`].
-fn eval_event(step: u32, n_tasks: usize, mean: f64, success: f64) -> Event {
-    Event::Eval {
+/// Evaluates the policy on the held-out tasks after step `step`, stores the report (rows in
+/// `eval_results`, the whole set's figures as `eval/generated_test/*` metrics) and announces it.
+fn held_out_eval(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    step: u32,
+    hooks: &mut dyn Hooks,
+) -> Result<()> {
+    let report = heldout::evaluate(session, tasks, step)?;
+    let metrics: BTreeMap<String, f64> = report.all.metrics().into_iter().collect();
+    for (metric, value) in &metrics {
+        session.writer.metric(
+            u64::from(step),
+            &format!("eval/{}/{metric}", heldout::BENCHMARK),
+            *value,
+        )?;
+    }
+    heldout::store_report(session, step, "all", &report, true)?;
+    hooks.emit(Event::Eval {
         step,
-        benchmark: "generated_test".to_owned(),
-        n_tasks,
-        metrics: BTreeMap::from([("score".to_owned(), mean), ("success".to_owned(), success)]),
-    }
-}
-
-fn write_eval(
-    session: &mut Session,
-    step: u32,
-    n_tasks: usize,
-    mean: f64,
-    success: f64,
-) -> Result<()> {
-    session
-        .writer
-        .metric(u64::from(step), "eval/generated_test/score", mean)?;
-    session
-        .writer
-        .metric(u64::from(step), "eval/generated_test/success", success)?;
-    store_eval_rows(session, step, "all", n_tasks, mean, success)
-}
-
-/// Stores the score and success rate of a `generated_test` evaluation under `category`, after
-/// the writer's buffered rows.
-pub(crate) fn store_eval_rows(
-    session: &mut Session,
-    step: u32,
-    category: &str,
-    n_tasks: usize,
-    mean: f64,
-    success: f64,
-) -> Result<()> {
-    session.writer.flush()?;
-    let mut batch = Batch::new(session.run);
-    for (metric, value) in [("score", mean), ("success", success)] {
-        batch.evals.push(EvalRow {
-            step: u64::from(step),
-            benchmark: "generated_test".to_owned(),
-            category: category.to_owned(),
-            metric: metric.to_owned(),
-            value,
-            n_tasks: n_tasks as u64,
-            wall_time: now_secs(),
-        });
-    }
-    session.writer.store_mut().write(&batch)
-}
-
-/// How RL rollouts sample: `[rl].temperature` and `top_p`, the seed from the requests.
-pub(crate) fn rollout_sampling(rl: &RlConfig) -> Sampling {
-    Sampling {
-        temperature: rl.temperature,
-        top_p: rl.top_p,
-        top_k: 0,
-        seed: 0,
-    }
+        benchmark: heldout::BENCHMARK.to_owned(),
+        n_tasks: tasks.len(),
+        metrics,
+    });
+    Ok(())
 }
 
 /// Runs the RL phase from `session.next_step` to its end: the explicit GRPO loop. Returns
@@ -476,11 +465,18 @@ pub fn train(
     if session.optimizer.is_none() {
         session.optimizer = Some(AdamW::new(&session.policy, rl.weight_decay)?);
     }
-    let eval_interval = session.config.eval.interval_steps.max(1);
+    // `[eval].interval_steps = 0` evaluates only after the last step.
+    let eval_interval = session.config.eval.interval_steps;
     // The held-out evaluation at step s (the policy after s − first_step RL steps) runs at the
     // start of step s, after the checkpoint of step s − 1: every row labelled s is written
     // after that checkpoint, so a resume from it replays them all.
-    let eval_due = |step: u32| (step - first_step).is_multiple_of(eval_interval);
+    let eval_due = |step: u32| {
+        if eval_interval == 0 {
+            step == last_step
+        } else {
+            (step - first_step).is_multiple_of(eval_interval)
+        }
+    };
     let started = Instant::now();
     let resumed_at = session.next_step;
     for step in session.next_step..last_step {
@@ -495,32 +491,20 @@ pub fn train(
         }
         let rl_step = step - first_step;
         if eval_due(step) && !test_tasks.is_empty() {
-            let (mean, success) = evaluate(session, test_tasks, step)?;
-            write_eval(session, step, test_tasks.len(), mean, success)?;
-            hooks.emit(eval_event(step, test_tasks.len(), mean, success));
+            held_out_eval(session, test_tasks, step, hooks)?;
         }
         let step_started = Instant::now();
 
-        // Rollouts: batch_size prompts × group_size episodes, answered per the response mode.
-        let tasks = step_tasks(pool, rl_step, rl.batch_size as usize);
-        let specs = episode_specs(session, &tasks, rl.group_size as usize)?;
-        let settings = step_settings(session, step);
+        // Rollouts: batch_size prompts × group_size episodes, answered per the response mode
+        // (refilled past groups without signal under dynamic sampling).
+        let rollout_started = Instant::now();
         let mut generator = PolicyGenerator {
             policy: session.policy.clone(),
             sampling: rollout_sampling(&rl),
             max_batch: 64,
         };
-        let rollout_started = Instant::now();
-        let simulator = session.simulator.as_ref().map(|s| s as &dyn Simulator);
-        let episodes = run_batch(
-            specs,
-            &settings,
-            &session.codec,
-            &mut generator,
-            simulator,
-            session.judge.as_ref(),
-            &mut session.cache,
-        )?;
+        let rollouts = step_rollouts(session, pool, step, rl_step, &mut generator)?;
+        let episodes = rollouts.episodes;
         let rollout_secs = rollout_started.elapsed().as_secs_f64();
         let generated_tokens: usize = episodes
             .iter()
@@ -531,11 +515,16 @@ pub fn train(
         record_episodes(&mut batch, u64::from(step), &episodes)?;
         session.writer.flush()?;
         session.writer.store_mut().write(&batch)?;
+        let trained: Vec<EpisodeRecord> = episodes
+            .iter()
+            .filter(|e| !rollouts.dropped_groups.contains(&e.group))
+            .cloned()
+            .collect();
 
         // Advantages, then the loss over micro-batches with accumulated gradients.
-        let mut items = items_of(&episodes, &rl);
+        let mut items = items_of(&trained, &rl);
         // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
-        items.sort_by_key(|(item, _)| item.window(max_len).0.len());
+        items.sort_by_key(|(item, _)| item.window_len(max_len));
         let refs: Vec<&TrainItem> = items.iter().map(|(item, _)| item).collect();
         let total: usize = refs
             .iter()
@@ -594,6 +583,24 @@ pub fn train(
             episodes.iter().map(|e| e.turns.len() as f64).sum::<f64>() / n_episodes,
         );
         metrics.insert("rl/grad_norm".to_owned(), grad_norm);
+        if let Some(optimizer) = &session.optimizer {
+            // Updates the moments have seen: with `carry_optimizer`, SFT's steps count too.
+            metrics.insert(
+                "rl/optimizer_updates".to_owned(),
+                optimizer.n_updates() as f64,
+            );
+        }
+        let n_groups = rollouts.n_groups.max(1) as f64;
+        metrics.insert(
+            "rl/signal_group_fraction".to_owned(),
+            rollouts.n_signal_groups as f64 / n_groups,
+        );
+        metrics.insert("rl/n_groups".to_owned(), rollouts.n_groups as f64);
+        metrics.insert(
+            "rl/dropped_groups".to_owned(),
+            rollouts.dropped_groups.len() as f64,
+        );
+        metrics.insert("rl/rollout_rounds".to_owned(), rollouts.n_rounds as f64);
         metrics.insert("rl/lr".to_owned(), lr);
         let pairs: Vec<(&str, Scores)> = episodes
             .iter()
@@ -646,9 +653,7 @@ pub fn train(
         }
     }
     if eval_due(last_step) && !test_tasks.is_empty() {
-        let (mean, success) = evaluate(session, test_tasks, last_step)?;
-        write_eval(session, last_step, test_tasks.len(), mean, success)?;
-        hooks.emit(eval_event(last_step, test_tasks.len(), mean, success));
+        held_out_eval(session, test_tasks, last_step, hooks)?;
     }
     session.phase = Phase::Done;
     session.writer.flush()?;

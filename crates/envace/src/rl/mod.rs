@@ -7,6 +7,7 @@ pub mod grpo;
 pub mod session;
 pub mod sft;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -34,6 +35,9 @@ pub struct TrainItem {
     /// it generated the sequence's first response (prompts are cut from the left at
     /// `max_prompt_tokens`), so that training scores tokens in the context they were sampled in.
     pub start: usize,
+    /// Leading tokens (the system turn and the request) kept in front of the window when a
+    /// long sequence is cut in the middle, as generation kept them; 0 for a left cut.
+    pub pinned: usize,
 }
 
 impl TrainItem {
@@ -45,19 +49,49 @@ impl TrainItem {
             labels: sample.labels.clone(),
             advantage,
             start: sample.windows.first().map_or(0, |w| w.context_start),
+            pinned: sample.windows.iter().map(|w| w.pinned).max().unwrap_or(0),
         }
     }
 
-    /// The tokens the model is trained on: the last `max_len` (left truncation), and none
-    /// before [`TrainItem::start`].
-    pub fn window(&self, max_len: usize) -> (&[u32], &[Label]) {
-        let start = self
-            .tokens
-            .len()
-            .saturating_sub(max_len)
-            .max(self.start)
-            .min(self.tokens.len());
-        (&self.tokens[start..], &self.labels[start..])
+    /// Where the kept tail starts and how many head tokens go in front of it: the last
+    /// `max_len` tokens (after the pinned head, when there is one), and none before
+    /// [`TrainItem::start`].
+    fn cut(&self, max_len: usize) -> (usize, usize) {
+        let len = self.tokens.len();
+        let head = if self.pinned > 0 && self.pinned < max_len {
+            self.pinned
+        } else {
+            0
+        };
+        let tail = len.saturating_sub(max_len - head).max(self.start).min(len);
+        if head > 0 && tail <= head {
+            // Nothing between the head and the tail was cut.
+            return (self.start.min(len), 0);
+        }
+        (tail, head)
+    }
+
+    /// The number of tokens [`TrainItem::window`] gives.
+    pub fn window_len(&self, max_len: usize) -> usize {
+        let (tail, head) = self.cut(max_len);
+        head + self.tokens.len() - tail
+    }
+
+    /// The tokens the model is trained on: the last `max_len` (left truncation, keeping the
+    /// pinned head in front), and none before [`TrainItem::start`] but the head.
+    pub fn window(&self, max_len: usize) -> (Cow<'_, [u32]>, Cow<'_, [Label]>) {
+        let (tail, head) = self.cut(max_len);
+        if head == 0 {
+            return (
+                Cow::Borrowed(&self.tokens[tail..]),
+                Cow::Borrowed(&self.labels[tail..]),
+            );
+        }
+        let mut tokens = self.tokens[..head].to_vec();
+        tokens.extend_from_slice(&self.tokens[tail..]);
+        let mut labels = self.labels[..head].to_vec();
+        labels.extend_from_slice(&self.labels[tail..]);
+        (Cow::Owned(tokens), Cow::Owned(labels))
     }
 
     /// Number of trained (sampled) tokens within `max_len`.
@@ -100,7 +134,7 @@ pub fn pad_batch(
     let fail = |e: candle_core::Error| Error::candle(context, e);
     let width = items
         .iter()
-        .map(|item| item.window(max_len).0.len().saturating_sub(1))
+        .map(|item| item.window_len(max_len).saturating_sub(1))
         .max()
         .unwrap_or(0)
         .max(1);
@@ -239,6 +273,16 @@ impl AdamW {
     /// Updates taken so far.
     pub fn n_updates(&self) -> u64 {
         self.n_updates
+    }
+
+    /// The decoupled weight decay of each step.
+    pub fn weight_decay(&self) -> f64 {
+        self.weight_decay
+    }
+
+    /// Changes the weight decay (a phase change that keeps the moments).
+    pub fn set_weight_decay(&mut self, weight_decay: f64) {
+        self.weight_decay = weight_decay;
     }
 
     /// Clips the gradients to global norm `max_norm` (scaled by `grad_scale` first) and takes
@@ -391,6 +435,7 @@ mod tests {
             ],
             advantage: 0.5,
             start: 0,
+            pinned: 0,
         };
         let rehearse = TrainItem {
             role: Role::Rehearse,
@@ -398,6 +443,7 @@ mod tests {
             labels: vec![Label::Prompt, Label::Rehearse, Label::Rehearse],
             advantage: -1.0,
             start: 0,
+            pinned: 0,
         };
         let batch = pad_batch(
             &[&item, &rehearse],
@@ -420,8 +466,22 @@ mod tests {
         assert_eq!(truncated.weight.to_vec2::<f32>().expect("w")[0], [1.0, 1.0]);
         // A generation that saw the context from token 2 on: tokens 3.. only, even with room.
         let cut = TrainItem { start: 2, ..item };
-        assert_eq!(cut.window(100).0, [3, 4, 5, 6]);
-        assert_eq!(cut.window(3).0, [4, 5, 6]);
+        assert_eq!(cut.window(100).0.as_ref(), [3, 4, 5, 6]);
+        assert_eq!(cut.window(3).0.as_ref(), [4, 5, 6]);
+        // A generation that kept tokens 1, 2 in front of 5, 6 (the middle cut): the same here.
+        let middle = TrainItem {
+            start: 4,
+            pinned: 2,
+            ..cut.clone()
+        };
+        assert_eq!(middle.window(100).0.as_ref(), [1, 2, 5, 6]);
+        assert_eq!(
+            middle.window(100).1.as_ref(),
+            [Label::Prompt, Label::Prompt, Label::Act, Label::Act]
+        );
+        assert_eq!(middle.window_len(100), 4);
+        // A tighter budget keeps the head and fewer of the latest tokens.
+        assert_eq!(middle.window(3).0.as_ref(), [1, 2, 6]);
         let batch = pad_batch(&[&cut], 100, &[Role::Act], &Device::Cpu).expect("batch");
         assert_eq!(
             batch.weight.to_vec2::<f32>().expect("w")[0],

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatTemplate;
 use crate::config::{
-    Domain, ExperimentConfig, JudgeKind, ModelSource, TaskSplit, ToolResponseMode,
+    Domain, ExperimentConfig, InitConfig, JudgeKind, ModelSource, TaskSplit, ToolResponseMode,
 };
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::error::{Error, Result};
@@ -30,7 +30,7 @@ use crate::model::{self, Gguf, Policy, TransformerConfig};
 use crate::openai::ChatClient;
 use crate::rehearse::{Example, ResponseCache, SYSTEM_PROMPT, execution_result_block};
 use crate::rollout::{EndpointSimulator, TokenCodec};
-use crate::store::{CheckpointRow, RunId, RunWriter, now_secs};
+use crate::store::{CheckpointRow, RunId, RunWriter, Store, now_secs};
 use crate::tasks::{self, GenConfig, GenSources, GenTask};
 use crate::tokenize;
 
@@ -149,10 +149,44 @@ pub fn task_pool(
     n_tasks: usize,
     seed: u64,
 ) -> Result<Vec<Arc<GenTask>>> {
-    let domains = &config.env.domains;
+    let wanted = &config.env.families;
+    // With `[env].families`, each domain draws the listed families it has; a domain with none
+    // of them contributes no tasks.
+    let domains: Vec<(Domain, Vec<String>)> = config
+        .env
+        .domains
+        .iter()
+        .filter_map(|&domain| {
+            let own: Vec<String> = tasks::families(domain)
+                .into_iter()
+                .map(|(name, _)| name.to_owned())
+                .filter(|name| wanted.contains(name))
+                .collect();
+            (wanted.is_empty() || !own.is_empty()).then_some((domain, own))
+        })
+        .collect();
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|name| !domains.iter().any(|(_, own)| own.contains(name)))
+    {
+        let known: Vec<&str> = config
+            .env
+            .domains
+            .iter()
+            .flat_map(|&domain| tasks::families(domain))
+            .map(|(name, _)| name)
+            .collect();
+        return Err(Error::Data {
+            source_name: "[env].families".to_owned(),
+            message: format!(
+                "{unknown:?} is no generated family of env.domains; known: {}",
+                known.join(", ")
+            ),
+        });
+    }
     let n_domains = domains.len().max(1);
     let mut per_domain = Vec::new();
-    for (idx, &domain) in domains.iter().enumerate() {
+    for (idx, (domain, families)) in domains.into_iter().enumerate() {
         let n = n_tasks / n_domains + usize::from(idx < n_tasks % n_domains);
         let generated = tasks::generate(
             domain,
@@ -162,6 +196,7 @@ pub fn task_pool(
                 split,
                 difficulty: config.env.difficulty,
                 n_tasks: n,
+                families,
             },
         )?;
         per_domain.push(generated.into_iter().map(Arc::new).collect::<Vec<_>>());
@@ -226,8 +261,23 @@ impl Session {
         std::fs::create_dir_all(&run_dir).map_err(|e| Error::io(&run_dir, e))?;
         let device = device_of(&config)?;
         let dtype = model::candle_dtype(config.backend.dtype);
-        let (policy, codec) = match config.model.source {
-            ModelSource::Tiny => {
+        let mut cache = ResponseCache::new(8);
+        let mut optimizer = None;
+        let (policy, codec) = match (&config.init, config.model.source) {
+            (Some(init), _) => {
+                let dir = init_checkpoint(init, writer.store().path(), run)?;
+                let (policy, codec, state) = load_checkpoint(&dir, &config, &device, dtype)?;
+                cache = state.response_cache();
+                let optimizer_path = dir.join("optimizer.safetensors");
+                if config.rl.carry_optimizer && !config.sft.enabled && optimizer_path.is_file() {
+                    let mut carried =
+                        AdamW::new(&policy, optimizer_weight_decay(&config, Phase::Rl))?;
+                    carried.load(&optimizer_path)?;
+                    optimizer = Some(carried);
+                }
+                (policy, codec)
+            }
+            (None, ModelSource::Tiny) => {
                 let corpus = tokenizer_corpus(sft_tasks, &sources)?;
                 let tokenizer = tokenize::train_bpe_with(
                     corpus.into_iter(),
@@ -239,7 +289,7 @@ impl Session {
                 let codec = TokenCodec::new(tokenizer, ChatTemplate::chatml()?, &[STOP_TOKEN])?;
                 (policy, codec)
             }
-            ModelSource::Hf => {
+            (None, ModelSource::Hf) => {
                 let dir = model_path(&config)?;
                 let policy = Policy::load(&dir, &device, dtype)?;
                 let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
@@ -247,7 +297,7 @@ impl Session {
                     ChatTemplate::from_tokenizer_config(&dir.join("tokenizer_config.json"))?;
                 (policy, TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?)
             }
-            ModelSource::Gguf => {
+            (None, ModelSource::Gguf) => {
                 let gguf = Gguf::open(&model_path(&config)?)?;
                 let policy = gguf.load_policy(&device, dtype)?;
                 let template = ChatTemplate::from_gguf(&gguf)?;
@@ -258,7 +308,6 @@ impl Session {
             }
         };
         tokenize::save(codec.tokenizer(), &run_dir.join(tokenize::TOKENIZER_FILE))?;
-        let cache = ResponseCache::new(8);
         let phase = if config.sft.enabled {
             Phase::Sft
         } else {
@@ -273,7 +322,7 @@ impl Session {
             codec,
             policy,
             reference: None,
-            optimizer: None,
+            optimizer,
             sources,
             cache,
             phase,
@@ -298,30 +347,10 @@ impl Session {
             });
         };
         let dir = PathBuf::from(&latest.path);
-        let state_path = dir.join("state.json");
-        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
-        let state: SavedState = serde_json::from_str(&text).map_err(|e| Error::Data {
-            source_name: state_path.display().to_string(),
-            message: format!("is not a checkpoint state: {e}"),
-        })?;
         let device = device_of(&config)?;
         let dtype = model::candle_dtype(config.backend.dtype);
-        let policy = Policy::load(&dir.join("model"), &device, dtype)?;
-        let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
-        let template = match config.model.source {
-            ModelSource::Tiny => ChatTemplate::chatml()?,
-            ModelSource::Hf => ChatTemplate::from_tokenizer_config(
-                &model_path(&config)?.join("tokenizer_config.json"),
-            )?,
-            ModelSource::Gguf => ChatTemplate::from_gguf(&Gguf::open(&model_path(&config)?)?)?,
-        };
-        let codec = TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?;
-        let mut cache = ResponseCache::new(8);
-        for (tool, examples) in state.cache.iter().rev() {
-            for example in examples.iter().rev() {
-                cache.record(tool, &example.arguments, &example.response);
-            }
-        }
+        let (policy, codec, state) = load_checkpoint(&dir, &config, &device, dtype)?;
+        let cache = state.response_cache();
         let optimizer_path = dir.join("optimizer.safetensors");
         let optimizer = if optimizer_path.is_file() {
             let mut optimizer = AdamW::new(&policy, optimizer_weight_decay(&config, state.phase))?;
@@ -507,6 +536,120 @@ impl Session {
         }
         std::fs::rename(&tmp, &dir).map_err(|e| Error::io(&dir, e))
     }
+}
+
+impl SavedState {
+    /// The response cache the state holds, in its recorded order.
+    fn response_cache(&self) -> ResponseCache {
+        let mut cache = ResponseCache::new(8);
+        for (tool, examples) in self.cache.iter().rev() {
+            for example in examples.iter().rev() {
+                cache.record(tool, &example.arguments, &example.response);
+            }
+        }
+        cache
+    }
+}
+
+/// Loads a checkpoint folder's model, tokenizer (with the chat template of the config's model
+/// source) and saved state.
+fn load_checkpoint(
+    dir: &Path,
+    config: &ExperimentConfig,
+    device: &Device,
+    dtype: candle_core::DType,
+) -> Result<(Policy, TokenCodec, SavedState)> {
+    let state_path = dir.join("state.json");
+    let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+    let state: SavedState = serde_json::from_str(&text).map_err(|e| Error::Data {
+        source_name: state_path.display().to_string(),
+        message: format!("is not a checkpoint state: {e}"),
+    })?;
+    let policy = Policy::load(&dir.join("model"), device, dtype)?;
+    let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
+    let template = match config.model.source {
+        ModelSource::Tiny => ChatTemplate::chatml()?,
+        ModelSource::Hf => {
+            ChatTemplate::from_tokenizer_config(&model_path(config)?.join("tokenizer_config.json"))?
+        }
+        ModelSource::Gguf => ChatTemplate::from_gguf(&Gguf::open(&model_path(config)?)?)?,
+    };
+    let codec = TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?;
+    Ok((policy, codec, state))
+}
+
+/// The checkpoint folder `[init]` names: the run (id, or the newest other run with that name)
+/// in `init.store` (else `own_store`, where `own_run` is the run being started), at
+/// `init.step` (else its latest checkpoint).
+pub fn init_checkpoint(init: &InitConfig, own_store: &Path, own_run: RunId) -> Result<PathBuf> {
+    let store_path = init
+        .store
+        .clone()
+        .unwrap_or_else(|| own_store.to_path_buf());
+    if !store_path.is_file() {
+        return Err(Error::Data {
+            source_name: "[init].store".to_owned(),
+            message: format!("{} is not a run store file", store_path.display()),
+        });
+    }
+    let store = Store::open(&store_path)?;
+    let same_store = init.store.is_none();
+    let by_id = init
+        .run
+        .parse::<i64>()
+        .ok()
+        .and_then(|id| store.view().find_run(&id.to_string()).ok())
+        .filter(|run| run.id.0.to_string() == init.run);
+    let run = match by_id {
+        Some(run) => Some(run),
+        None => {
+            // The newest run of that name, other than the one being started.
+            let newest = store
+                .view()
+                .runs()?
+                .into_iter()
+                .filter(|run| run.name == init.run && !(same_store && run.id == own_run))
+                .map(|run| run.id)
+                .max_by_key(|id| id.0);
+            match newest {
+                Some(id) => Some(store.view().find_run(&id.0.to_string())?),
+                None => None,
+            }
+        }
+    };
+    let run = run.ok_or_else(|| Error::Data {
+        source_name: "[init].run".to_owned(),
+        message: format!("no run {:?} in {}", init.run, store_path.display()),
+    })?;
+    let checkpoints = store.view().checkpoints(run.id)?;
+    let found = match init.step {
+        Some(step) => checkpoints.iter().find(|c| c.step == u64::from(step)),
+        None => checkpoints.last(),
+    };
+    let Some(found) = found else {
+        let steps: Vec<String> = checkpoints.iter().map(|c| c.step.to_string()).collect();
+        return Err(Error::Data {
+            source_name: if init.step.is_some() {
+                "[init].step".to_owned()
+            } else {
+                "[init].run".to_owned()
+            },
+            message: format!(
+                "run {} ({}) has no checkpoint{} (it has: {})",
+                run.id.0,
+                run.name,
+                init.step
+                    .map(|s| format!(" at step {s}"))
+                    .unwrap_or_default(),
+                if steps.is_empty() {
+                    "none".to_owned()
+                } else {
+                    steps.join(", ")
+                }
+            ),
+        });
+    };
+    Ok(PathBuf::from(&found.path))
 }
 
 /// The judge `[judge]` asks for: rules, or an LLM behind `[judge.endpoint]`.

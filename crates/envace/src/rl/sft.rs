@@ -24,7 +24,8 @@ use std::time::Instant;
 use crate::config::Role;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
-use crate::rehearse::ResponseCache;
+use crate::eval::rehearsal::{AttemptSummary, memory_text};
+use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
 use crate::rollout::{
     EpisodeSpec, OracleActor, RealRehearser, ResponseMode, RoleRouter, RolloutSettings, run_batch,
 };
@@ -85,7 +86,243 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
             }
         }
     }
+    if session.config.sft.memory_share > 0.0 {
+        items.extend(memory_items(session, tasks, &settings, &mut cache)?);
+    }
     session.cache = cache;
+    Ok(items)
+}
+
+/// A call of `task`'s oracle changed so that the real tool rejects it, with the error it
+/// gets: a number passed as a string, a string with a stray suffix, a missing argument or a
+/// misspelt tool, whichever fails first in an order drawn from `rng`.
+fn wrong_call(
+    task: &GenTask,
+    session: &Session,
+    rng: &mut Rng,
+) -> Result<Option<(tasks::Call, serde_json::Value)>> {
+    let calls: Vec<tasks::Call> = task
+        .oracle
+        .iter()
+        .filter(|m| m.role == tasks::Role::Assistant)
+        .flat_map(|m| tasks::parse_tool_calls(&m.content))
+        .filter_map(std::result::Result::ok)
+        .collect();
+    let Some(original) = rng.pick(&calls).cloned() else {
+        return Ok(None);
+    };
+    let mut order = [0usize, 1, 2, 3];
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    let keys: Vec<String> = original
+        .arguments
+        .as_object()
+        .map(|args| args.keys().cloned().collect())
+        .unwrap_or_default();
+    for kind in order {
+        let mut call = original.clone();
+        let changed = match (kind, call.arguments.as_object_mut()) {
+            (0, Some(args)) => args
+                .values_mut()
+                .find(|v| v.is_number())
+                .map(|v| *v = serde_json::Value::String(v.to_string()))
+                .is_some(),
+            (1, Some(args)) => args
+                .values_mut()
+                .find_map(|v| match v {
+                    serde_json::Value::String(text) => {
+                        text.push('x');
+                        Some(())
+                    }
+                    _ => None,
+                })
+                .is_some(),
+            (2, Some(args)) => match rng.pick(&keys) {
+                Some(key) => args.remove(key).is_some(),
+                None => false,
+            },
+            (3, _) => {
+                call.name.push('s');
+                true
+            }
+            _ => false,
+        };
+        if !changed {
+            continue;
+        }
+        let mut env = tasks::fresh_env(task.domain, &session.sources)?;
+        let outcome = env.call(&call.name, &call.arguments);
+        if outcome.is_failure() {
+            return Ok(Some((call, outcome_json(&outcome))));
+        }
+    }
+    Ok(None)
+}
+
+/// The oracle's attempt at `task` as a memory shows it: its calls with the real responses,
+/// then its answer.
+fn oracle_attempt(task: &GenTask) -> AttemptSummary {
+    let mut calls = Vec::new();
+    let mut pending: Vec<tasks::Call> = Vec::new();
+    let mut answer = String::new();
+    for message in &task.oracle {
+        match message.role {
+            tasks::Role::Assistant => {
+                pending = tasks::parse_tool_calls(&message.content)
+                    .into_iter()
+                    .filter_map(std::result::Result::ok)
+                    .collect();
+                pending.reverse();
+                if pending.is_empty() {
+                    answer = message.content.clone();
+                }
+            }
+            tasks::Role::Tool => {
+                if let Some(call) = pending.pop() {
+                    calls.push(format!(
+                        "{} {} -> {}",
+                        call.name, call.arguments, message.content
+                    ));
+                }
+            }
+            tasks::Role::User => {}
+        }
+    }
+    AttemptSummary {
+        calls,
+        outcome: AttemptSummary::answer(answer.trim()),
+    }
+}
+
+/// The SFT samples that teach acting on a rehearsal memory (`[sft].memory_share`): for that
+/// share of the tasks, the oracle's act sample again with a memory of 1–4 attempts before the
+/// request (the oracle's own, or a deliberately wrong call with the real error it gets), and
+/// the rehearse sample of that wrong call, so that rehearsal learns the tool's real errors.
+/// The same tasks, attempts and seeds come out on every call (a resumed job rebuilds them).
+fn memory_items(
+    session: &Session,
+    tasks: &[Arc<GenTask>],
+    settings: &RolloutSettings,
+    cache: &mut ResponseCache,
+) -> Result<Vec<TrainItem>> {
+    let share = session.config.sft.memory_share;
+    let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
+    let seed = session.config.run.seed ^ 0x6d65_6d6f_7279_5f73;
+    let mut memory_specs = Vec::new();
+    let mut memory_tasks = Vec::new();
+    let mut mistake_tasks = Vec::new();
+    for (idx, task) in tasks.iter().enumerate() {
+        let mut rng = Rng::new(seed ^ (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        if !rng.chance(share) {
+            continue;
+        }
+        let wrong = wrong_call(task, session, &mut rng)?;
+        let n_attempts = 1 + rng.below(4);
+        let attempts: Vec<AttemptSummary> = (0..n_attempts)
+            .map(|_| match &wrong {
+                Some((call, response)) if rng.chance(0.5) => AttemptSummary {
+                    calls: vec![format!(
+                        "{} {} -> {}",
+                        call.name,
+                        call.arguments,
+                        render_for_agent(response)
+                    )],
+                    outcome: "no answer".to_owned(),
+                },
+                _ => oracle_attempt(task),
+            })
+            .collect();
+        let memory = memory_text(&attempts, &session.codec, max_tokens)?;
+        memory_specs.push(EpisodeSpec {
+            task: task.clone(),
+            env: tasks::fresh_env(task.domain, &session.sources)?,
+            group: task.id.clone(),
+            memory: Some(memory),
+        });
+        memory_tasks.push(task.clone());
+        if let Some((call, response)) = wrong {
+            // The task with the wrong call made first: its rehearse sample is the lesson.
+            let mut mistaken = (**task).clone();
+            mistaken.oracle.insert(
+                1,
+                tasks::ChatMessage {
+                    role: tasks::Role::Assistant,
+                    content: call.to_block(),
+                },
+            );
+            mistaken.oracle.insert(
+                2,
+                tasks::ChatMessage {
+                    role: tasks::Role::Tool,
+                    content: render_for_agent(&response),
+                },
+            );
+            mistake_tasks.push(Arc::new(mistaken));
+        }
+    }
+    let mut items = Vec::new();
+    let run = |batch_tasks: &[Arc<GenTask>],
+               specs: Vec<EpisodeSpec>,
+               cache: &mut ResponseCache|
+     -> Result<Vec<crate::rollout::EpisodeRecord>> {
+        let envs = batch_tasks
+            .iter()
+            .map(|task| tasks::fresh_env(task.domain, &session.sources))
+            .collect::<Result<Vec<_>>>()?;
+        let mut actor = OracleActor::new(batch_tasks);
+        let mut rehearser = RealRehearser::new(envs);
+        let mut router = RoleRouter {
+            act: &mut actor,
+            rehearse: &mut rehearser,
+        };
+        run_batch(
+            specs,
+            settings,
+            &session.codec,
+            &mut router,
+            None,
+            session.judge.as_ref(),
+            cache,
+        )
+    };
+    let mut specs = memory_specs.into_iter();
+    for chunk in memory_tasks.chunks(64) {
+        let batch: Vec<EpisodeSpec> = specs.by_ref().take(chunk.len()).collect();
+        for episode in run(chunk, batch, cache)? {
+            items.extend(
+                episode
+                    .samples
+                    .iter()
+                    .filter(|s| s.role == Role::Act)
+                    .map(|s| TrainItem::from_sample(s, 1.0)),
+            );
+        }
+    }
+    for chunk in mistake_tasks.chunks(64) {
+        let batch = chunk
+            .iter()
+            .map(|task| {
+                Ok(EpisodeSpec {
+                    task: task.clone(),
+                    env: tasks::fresh_env(task.domain, &session.sources)?,
+                    group: task.id.clone(),
+                    memory: None,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Only the wrong call's response is learnt; the few-shot cache is not extended by it.
+        let mut scratch = cache.clone();
+        for episode in run(chunk, batch, &mut scratch)? {
+            items.extend(
+                episode
+                    .samples
+                    .iter()
+                    .filter(|s| s.role == Role::Rehearse && s.call == Some((0, 0)))
+                    .map(|s| TrainItem::from_sample(s, 1.0)),
+            );
+        }
+    }
     Ok(items)
 }
 
@@ -187,7 +424,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
             optimizer_weight_decay(&session.config, Phase::Sft),
         )?);
     }
-    let warmup = (n_steps / 20).max(1);
+    let warmup = sft.warmup_steps.unwrap_or((n_steps / 20).max(1));
     let started = Instant::now();
     let first = session.next_step;
     for step in session.next_step..n_steps {
@@ -209,7 +446,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         );
         let mut batch_items: Vec<&TrainItem> = picked.iter().map(|&i| &items[i]).collect();
         // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
-        batch_items.sort_by_key(|item| item.window(max_len).0.len());
+        batch_items.sort_by_key(|item| item.window_len(max_len));
         let total: usize = batch_items
             .iter()
             .map(|i| i.n_trained(max_len, &roles))
@@ -296,7 +533,14 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         }
     }
     session.phase = Phase::Rl;
-    session.optimizer = None;
+    if session.config.rl.carry_optimizer {
+        // RL continues with SFT's moments; only the weight decay changes.
+        if let Some(optimizer) = session.optimizer.as_mut() {
+            optimizer.set_weight_decay(optimizer_weight_decay(&session.config, Phase::Rl));
+        }
+    } else {
+        session.optimizer = None;
+    }
     session.writer.flush()?;
     if n_steps > 0 {
         let path = session.checkpoint(n_steps - 1)?;
@@ -337,6 +581,7 @@ mod tests {
             labels: Vec::new(),
             advantage: 1.0,
             start: 0,
+            pinned: 0,
         }
     }
 

@@ -433,13 +433,16 @@ pub struct EpisodeSpec {
     pub env: Box<dyn Environment>,
     /// The prompt group (GRPO baselines are per group); usually the task id.
     pub group: String,
-    /// A test-time rehearsal memory, shown to the agent before the task's request (so that a
-    /// context cut from the left loses the memory first, never the request).
+    /// A test-time rehearsal memory, shown to the agent as a turn after the task's request (a
+    /// long context is cut after the system turn and the request, so it loses the memory
+    /// first, never the request).
     pub memory: Option<String>,
 }
 
 struct Live {
     idx: usize,
+    /// Tokens of the system turn and the request, kept when a long context is cut.
+    head: usize,
     spec: EpisodeSpec,
     tools_json: Vec<Value>,
     messages: Vec<Value>,
@@ -503,17 +506,27 @@ pub fn run_batch(
         if let Some(system) = &system {
             messages.push(json!({"role": "system", "content": system}));
         }
-        let request = match &spec.memory {
-            Some(memory) => format!("{memory}\n\n{}", spec.task.request),
-            None => spec.task.request.clone(),
-        };
-        messages.push(json!({"role": "user", "content": request}));
+        messages.push(json!({"role": "user", "content": spec.task.request}));
+        // The head (the system turn and the request) stays whenever a long context is cut,
+        // when its rendering is a prefix of the prompt's (a template may render the last turn
+        // differently); a rehearsal memory follows it as its own turn, in the middle that a
+        // cut drops first.
+        let head_tokens = codec.encode(&codec.render(&messages, &tools_json, false)?)?;
+        if let Some(memory) = &spec.memory {
+            messages.push(json!({"role": "user", "content": memory}));
+        }
         let prompt = codec.encode(&codec.render(&messages, &tools_json, true)?)?;
+        let head = if prompt.starts_with(&head_tokens) {
+            head_tokens.len()
+        } else {
+            0
+        };
         let mut act = Sample::new(Role::Act);
         act.push(&prompt, Label::Prompt);
         let rng = Rng::new(settings.seed ^ (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         lives.push(Live {
             idx,
+            head,
             spec,
             tools_json,
             messages,
@@ -575,6 +588,21 @@ fn request_seed(
     rng.next_u64()
 }
 
+/// Where an act prompt of `len` tokens is cut to fit `max_prompt` tokens: `(context_start,
+/// pinned)`, the context being tokens `0..pinned` then `context_start..len`. The first `head`
+/// tokens (the system turn and the request) stay and the oldest turns after them go; a head
+/// that leaves no room for the latest turns is cut from the left like the rest.
+pub fn act_context(len: usize, head: usize, max_prompt: usize) -> (usize, usize) {
+    if len <= max_prompt {
+        return (0, 0);
+    }
+    // Keep at least a quarter of the budget for the conversation after the head.
+    if head == 0 || head + max_prompt / 4 > max_prompt {
+        return (len - max_prompt, 0);
+    }
+    (len - (max_prompt - head), head)
+}
+
 fn act_step(
     lives: &mut [Live],
     active: &[usize],
@@ -586,15 +614,14 @@ fn act_step(
     let mut context_starts = Vec::with_capacity(active.len());
     for &i in active {
         let live = &lives[i];
-        let context_start = live
-            .act
-            .tokens
-            .len()
-            .saturating_sub(settings.max_prompt_tokens);
-        context_starts.push(context_start);
+        let (context_start, pinned) =
+            act_context(live.act.tokens.len(), live.head, settings.max_prompt_tokens);
+        context_starts.push((context_start, pinned));
+        let mut prompt = live.act.tokens[..pinned].to_vec();
+        prompt.extend_from_slice(&live.act.tokens[context_start..]);
         requests.push(GenRequest {
             role: Role::Act,
-            prompt: live.act.tokens[context_start..].to_vec(),
+            prompt,
             max_new_tokens: settings.max_response_tokens,
             seed: request_seed(settings, live.idx, live.turns.len(), 0),
             episode_idx: live.idx,
@@ -605,7 +632,7 @@ fn act_step(
     }
     let outputs = generator.generate(codec, &requests)?;
     check_count(outputs.len(), requests.len())?;
-    for ((&i, output), context_start) in active.iter().zip(outputs).zip(context_starts) {
+    for ((&i, output), (context_start, pinned)) in active.iter().zip(outputs).zip(context_starts) {
         let live = &mut lives[i];
         let start = live.act.tokens.len();
         live.act.push(&output.tokens, Label::Act);
@@ -614,6 +641,7 @@ fn act_step(
             context_start,
             start,
             end: live.act.tokens.len(),
+            pinned,
         });
         let finished = output
             .tokens
@@ -855,6 +883,7 @@ fn answer_rehearsals(
             context_start: prompt.len().saturating_sub(settings.max_prompt_tokens),
             start,
             end: sample.tokens.len(),
+            pinned: 0,
         });
         sample.call = Some((turn_idx, call_idx));
         let body = match output.tokens.last() {

@@ -51,16 +51,37 @@ impl Label {
     }
 }
 
-/// The context one generation saw: tokens `context_start..start` of the sample as its
-/// prompt, producing tokens `start..end`.
+/// The context one generation saw: tokens `0..pinned` and `context_start..start` of the
+/// sample as its prompt, producing tokens `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GenWindow {
-    /// First token of the (left-truncated) context.
+    /// First token of the truncated context after the pinned head.
     pub context_start: usize,
     /// First generated token.
     pub start: usize,
     /// One past the last generated token.
     pub end: usize,
+    /// Leading tokens kept in front of `context_start` when the middle was cut (the system
+    /// turn and the request); 0 when the context is one piece.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pinned: usize,
+}
+
+impl GenWindow {
+    /// The tokens of the context: the pinned head, then `context_start..start`.
+    pub fn context<'a, T: Clone>(&self, tokens: &'a [T]) -> std::borrow::Cow<'a, [T]> {
+        if self.pinned == 0 {
+            std::borrow::Cow::Borrowed(&tokens[self.context_start..self.start])
+        } else {
+            let mut out = tokens[..self.pinned].to_vec();
+            out.extend_from_slice(&tokens[self.context_start..self.start]);
+            std::borrow::Cow::Owned(out)
+        }
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One token sequence of an episode with a label per token.

@@ -47,6 +47,38 @@ const LENGTH_UNITS: [(&str, f64); 6] = [
     ("ft", 0.3048),
 ];
 
+/// The words a request may use for each length unit (the tool takes only the codes).
+const LENGTH_NAMES: [(&str, &[&str]); 6] = [
+    ("mm", &["millimetres", "millimeters"]),
+    ("cm", &["centimetres", "centimeters"]),
+    ("m", &["metres", "meters"]),
+    ("km", &["kilometres", "kilometers"]),
+    ("in", &["inches"]),
+    ("ft", &["feet"]),
+];
+
+/// The words a request may use for each temperature unit.
+const TEMPERATURE_NAMES: [(&str, &[&str]); 3] = [
+    ("C", &["degrees Celsius", "Celsius"]),
+    ("F", &["degrees Fahrenheit", "Fahrenheit"]),
+    ("K", &["kelvin"]),
+];
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
 const WEEKDAYS: [&str; 7] = [
     "Monday",
     "Tuesday",
@@ -224,6 +256,20 @@ fn format_date(days: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// An ISO date written in words, `March 5, 2023` or `5 March 2023` (the tools take only ISO).
+fn date_in_words(iso: &str, rng: &mut Rng) -> String {
+    let Ok(days) = parse_date("date", iso) else {
+        return iso.to_owned();
+    };
+    let (y, m, d) = civil_from_days(days);
+    let month = MONTHS[(m - 1).clamp(0, 11) as usize];
+    if rng.chance(0.5) {
+        format!("{month} {d}, {y}")
+    } else {
+        format!("{d} {month} {y}")
+    }
+}
+
 /// A number result: an integer when integral, else rounded to 4 decimals.
 fn num(x: f64) -> std::result::Result<Value, String> {
     if !x.is_finite() {
@@ -391,8 +437,14 @@ fn shown(value: &Value) -> String {
     pyjson::dumps(value, false)
 }
 
-/// A random single call of one kind (0 arithmetic, 1 units, 2 strings, 3 dates).
+/// A random single call of one kind (0 arithmetic, 1 units, 2 strings, 3 dates, 4 units
+/// named in words, 5 dates written in words).
 fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
+    match kind {
+        4 => return named_units_item(split, rng),
+        5 => return named_dates_item(split, rng),
+        _ => {}
+    }
     let env_result = |call: &Call| -> Option<Value> {
         let args = call.arguments.as_object()?;
         run(&call.name, args).ok()?.get("result").cloned()
@@ -594,6 +646,114 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
     })
 }
 
+/// The answer fact of a call: its question and the environment's result.
+fn finish_item(call: Call, question: String, values: Vec<String>) -> Option<Item> {
+    let args = call.arguments.as_object()?;
+    let result = run(&call.name, args).ok()?.get("result").cloned()?;
+    Some(Item {
+        call,
+        answer_text: format!("{question} is {}", shown_plain(&result)),
+        question,
+        values,
+    })
+}
+
+/// A conversion whose request names the units in words ("12 feet in metres"): the call must
+/// use the tool's unit codes, and a call with the words gets the tool's real error listing
+/// them.
+fn named_units_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
+    let value = split_value(split, rng, |r| r.range(1, 500));
+    let (name, table): (&str, &[(&str, &[&str])]) = if rng.chance(0.5) {
+        ("convert_length", &LENGTH_NAMES)
+    } else {
+        ("convert_temperature", &TEMPERATURE_NAMES)
+    };
+    let (from, from_names) = *rng.pick(table)?;
+    let (to, to_names) = *rng.pick(table)?;
+    if from == to {
+        return None;
+    }
+    let from_word = *rng.pick(from_names)?;
+    let to_word = *rng.pick(to_names)?;
+    let call = Call::new(
+        name,
+        vec![
+            ("value", json!(value)),
+            ("from_unit", json!(from)),
+            ("to_unit", json!(to)),
+        ],
+    );
+    let question = pick(
+        rng,
+        &[
+            "{v} {f} in {t}",
+            "{v} {f} converted to {t}",
+            "how much {v} {f} is in {t}",
+        ],
+        &[
+            ("v", value.to_string()),
+            ("f", from_word.to_owned()),
+            ("t", to_word.to_owned()),
+        ],
+    );
+    finish_item(call, question, vec![value.to_string()])
+}
+
+/// A date question whose request writes the dates in words ("March 5, 2023"): the call must
+/// use ISO dates, and a call with the words gets the tool's real error.
+fn named_dates_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
+    let date_of = |r: &mut Rng| format_date(days_from_civil(2020, 1, 1) + r.range(0, 3000));
+    let start = split_value(split, rng, date_of);
+    let start_words = date_in_words(&start, rng);
+    let op = *rng.pick(&["days_between", "add_days", "day_of_week"])?;
+    let (call, question, values) = match op {
+        "days_between" => {
+            let end = split_value(split, rng, date_of);
+            let end_words = date_in_words(&end, rng);
+            (
+                Call::new(
+                    "days_between",
+                    vec![("start_date", json!(start)), ("end_date", json!(end))],
+                ),
+                pick(
+                    rng,
+                    &[
+                        "the number of days from {s} to {e}",
+                        "how many days lie between {s} and {e}",
+                    ],
+                    &[("s", start_words), ("e", end_words)],
+                ),
+                vec![start, end],
+            )
+        }
+        "add_days" => {
+            let days = rng.range(1, 400);
+            (
+                Call::new(
+                    "add_days",
+                    vec![("date", json!(start)), ("days", json!(days))],
+                ),
+                pick(
+                    rng,
+                    &["the date {n} days after {s}", "{s} plus {n} days"],
+                    &[("s", start_words), ("n", days.to_string())],
+                ),
+                vec![start],
+            )
+        }
+        _ => (
+            Call::new("day_of_week", vec![("date", json!(start))]),
+            pick(
+                rng,
+                &["the weekday of {s}", "which day of the week {s} was"],
+                &[("s", start_words)],
+            ),
+            vec![start],
+        ),
+    };
+    finish_item(call, question, values)
+}
+
 /// A result as the answer states it: strings unquoted, numbers as the tool shows them.
 fn shown_plain(value: &Value) -> String {
     match value {
@@ -615,13 +775,81 @@ const OPENERS: [&str; 6] = [
     "Quick one: {q}?",
 ];
 
-/// Plans a functions task: single (1–2), multiple (3), parallel (4), parallel multiple (5).
-pub(crate) fn plan(split: TaskSplit, difficulty: u32, rng: &mut Rng) -> Plan {
+/// Plans a functions task: single (1–2), multiple (3), parallel (4), parallel multiple (5);
+/// with `families` given, of one of those families instead (at the same difficulty).
+pub(crate) fn plan(split: TaskSplit, difficulty: u32, families: &[String], rng: &mut Rng) -> Plan {
     loop {
-        if let Some(plan) = try_plan(split, difficulty, rng) {
+        let drawn = if families.is_empty() {
+            try_plan(split, difficulty, rng)
+        } else {
+            rng.pick(families)
+                .and_then(|family| family_items(family, split, rng))
+                .and_then(|(family, items, parallel)| {
+                    plan_of(family, items, parallel, difficulty, rng)
+                })
+        };
+        if let Some(plan) = drawn {
             return plan;
         }
     }
+}
+
+/// The single-call families with the kind of call each draws.
+const SINGLE_FAMILIES: [(&str, usize); 6] = [
+    ("fn_arithmetic", 0),
+    ("fn_units", 1),
+    ("fn_strings", 2),
+    ("fn_dates", 3),
+    ("fn_units_named", 4),
+    ("fn_dates_named", 5),
+];
+
+/// The calls of a task of `family`: its items and whether they go in one parallel turn.
+fn family_items(
+    family: &str,
+    split: TaskSplit,
+    rng: &mut Rng,
+) -> Option<(&'static str, Vec<Item>, bool)> {
+    if let Some((name, kind)) = SINGLE_FAMILIES.iter().find(|(name, _)| *name == family) {
+        return Some((name, vec![item(*kind, split, rng)?], false));
+    }
+    match family {
+        "fn_multiple" => multiple_items(split, rng),
+        "fn_parallel" => parallel_items(split, rng),
+        "fn_parallel_multiple" => parallel_multiple_items(split, rng),
+        _ => None,
+    }
+}
+
+fn multiple_items(split: TaskSplit, rng: &mut Rng) -> Option<(&'static str, Vec<Item>, bool)> {
+    let first = rng.below(4);
+    let second = (first + 1 + rng.below(3)) % 4;
+    Some((
+        "fn_multiple",
+        vec![item(first, split, rng)?, item(second, split, rng)?],
+        false,
+    ))
+}
+
+fn parallel_items(split: TaskSplit, rng: &mut Rng) -> Option<(&'static str, Vec<Item>, bool)> {
+    let kind = rng.below(4);
+    let n = 2 + rng.below(2);
+    let items: Vec<Item> = (0..n)
+        .map(|_| item(kind, split, rng))
+        .collect::<Option<_>>()?;
+    Some(("fn_parallel", items, true))
+}
+
+fn parallel_multiple_items(
+    split: TaskSplit,
+    rng: &mut Rng,
+) -> Option<(&'static str, Vec<Item>, bool)> {
+    let n = 3 + rng.below(2);
+    let start = rng.below(4);
+    let items: Vec<Item> = (0..n)
+        .map(|k| item((start + k) % 4, split, rng))
+        .collect::<Option<_>>()?;
+    Some(("fn_parallel_multiple", items, true))
 }
 
 fn try_plan(split: TaskSplit, difficulty: u32, rng: &mut Rng) -> Option<Plan> {
@@ -635,32 +863,21 @@ fn try_plan(split: TaskSplit, difficulty: u32, rng: &mut Rng) -> Option<Plan> {
             let family = ["fn_arithmetic", "fn_units", "fn_strings", "fn_dates"][kind];
             (family, vec![item(kind, split, rng)?], false)
         }
-        3 => {
-            let first = rng.below(4);
-            let second = (first + 1 + rng.below(3)) % 4;
-            (
-                "fn_multiple",
-                vec![item(first, split, rng)?, item(second, split, rng)?],
-                false,
-            )
-        }
-        4 => {
-            let kind = rng.below(4);
-            let n = 2 + rng.below(2);
-            let items: Vec<Item> = (0..n)
-                .map(|_| item(kind, split, rng))
-                .collect::<Option<_>>()?;
-            ("fn_parallel", items, true)
-        }
-        _ => {
-            let n = 3 + rng.below(2);
-            let start = rng.below(4);
-            let items: Vec<Item> = (0..n)
-                .map(|k| item((start + k) % 4, split, rng))
-                .collect::<Option<_>>()?;
-            ("fn_parallel_multiple", items, true)
-        }
+        3 => multiple_items(split, rng)?,
+        4 => parallel_items(split, rng)?,
+        _ => parallel_multiple_items(split, rng)?,
     };
+    plan_of(family, items, parallel, difficulty, rng)
+}
+
+/// The plan of a task made of `items`: request, turns, facts and answer.
+fn plan_of(
+    family: &'static str,
+    items: Vec<Item>,
+    parallel: bool,
+    difficulty: u32,
+    rng: &mut Rng,
+) -> Option<Plan> {
     let calls: Vec<Call> = items.iter().map(|i| i.call.clone()).collect();
     let distinct: BTreeSet<String> = calls.iter().map(|c| c.to_block()).collect();
     if distinct.len() != calls.len() {
@@ -736,5 +953,9 @@ pub(crate) fn families() -> Vec<(&'static str, u32)> {
         ("fn_multiple", 3),
         ("fn_parallel", 4),
         ("fn_parallel_multiple", 5),
+        // Drawn only when named in `[env].families`: requests that name units and write dates
+        // in words, which the tools reject with real errors until the call uses their codes.
+        ("fn_units_named", 2),
+        ("fn_dates_named", 2),
     ]
 }

@@ -120,6 +120,61 @@ fn json_eq(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// Pairs each call a checklist's argument standards require with at most one call of the
+/// trajectory to the same tool: greedily by the most equal arguments (ties: the earlier
+/// required call, then the earlier actual call), each actual call used once. Returns
+/// `(name, required arguments, the call paired with it)`.
+fn assign_calls<'a>(
+    checklist: &'a Checklist,
+    calls: &'a [Call],
+) -> Vec<(&'a str, &'a Value, Option<&'a Call>)> {
+    let mut required: Vec<(&str, &Value)> = Vec::new();
+    for standard in &checklist.standards {
+        if let Rule::Argument {
+            name, arguments, ..
+        } = &standard.rule
+            && !required
+                .iter()
+                .any(|(n, a)| *n == name.as_str() && json_eq(a, arguments))
+        {
+            required.push((name.as_str(), arguments));
+        }
+    }
+    let matching = |want: &Value, call: &Call| -> usize {
+        want.as_object().map_or(0, |want| {
+            want.iter()
+                .filter(|(k, v)| {
+                    call.arguments
+                        .get(k.as_str())
+                        .is_some_and(|got| json_eq(got, v))
+                })
+                .count()
+        })
+    };
+    let mut pairs: Vec<(usize, usize, usize)> = Vec::new();
+    for (r, (name, want)) in required.iter().enumerate() {
+        for (c, call) in calls.iter().enumerate() {
+            if call.name == *name {
+                pairs.push((matching(want, call), r, c));
+            }
+        }
+    }
+    pairs.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+    let mut paired: Vec<Option<&Call>> = vec![None; required.len()];
+    let mut used = vec![false; calls.len()];
+    for (_, r, c) in pairs {
+        if paired[r].is_none() && !used[c] {
+            paired[r] = Some(&calls[c]);
+            used[c] = true;
+        }
+    }
+    required
+        .into_iter()
+        .zip(paired)
+        .map(|((name, arguments), call)| (name, arguments, call))
+        .collect()
+}
+
 /// Judges a trajectory against checklists. `state_hash` is the environment's hash after the
 /// trajectory (`None` when unknown: every state standard then fails, saying so).
 pub fn judge(
@@ -138,6 +193,7 @@ pub fn judge(
     let mut verdicts = Vec::new();
     let mut turn_scores = Vec::new();
     for (checklist_idx, checklist) in checklists.iter().enumerate() {
+        let assigned = assign_calls(checklist, &calls);
         let mut met_weight = 0.0;
         let mut total_weight = 0.0;
         for (standard_idx, standard) in checklist.standards.iter().enumerate() {
@@ -158,6 +214,31 @@ pub fn judge(
                                 seen.join(" / ")
                             ),
                         )
+                    }
+                }
+                Rule::Argument {
+                    name,
+                    arguments,
+                    key,
+                } => {
+                    let closest = assigned
+                        .iter()
+                        .find(|(n, a, _)| n == name && json_eq(a, arguments))
+                        .and_then(|(_, _, call)| *call);
+                    let want = arguments.get(key.as_str()).unwrap_or(&Value::Null);
+                    match closest.map(|call| call.arguments.get(key.as_str())) {
+                        None if calls.iter().any(|c| &c.name == name) => {
+                            (false, format!("no call to {name} is left for {arguments}"))
+                        }
+                        None => (false, format!("{name} was never called")),
+                        Some(Some(got)) if json_eq(got, want) => {
+                            (true, format!("{name} was called with {key} = {want}"))
+                        }
+                        Some(Some(got)) => (
+                            false,
+                            format!("{name} was called with {key} = {got}, not {want}"),
+                        ),
+                        Some(None) => (false, format!("{name} was called without {key}")),
                     }
                 }
                 Rule::Mentions { text } => match &answer {

@@ -81,6 +81,18 @@ pub enum Rule {
         /// The arguments, as a JSON object.
         arguments: Value,
     },
+    /// The trajectory's call paired with this required call has argument `key` equal to
+    /// `arguments[key]`: one argument of one required call, so that a near miss earns the
+    /// arguments it got right. Required calls of a checklist are paired with actual calls to
+    /// the same tool one to one, the most equal arguments first.
+    Argument {
+        /// Tool name.
+        name: String,
+        /// Every argument of the required call, as a JSON object.
+        arguments: Value,
+        /// The argument this standard checks.
+        key: String,
+    },
     /// The final answer contains this text, ignoring case.
     Mentions {
         /// The text to find.
@@ -198,7 +210,7 @@ pub struct GenTask {
 }
 
 /// What to generate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenConfig {
     /// The generation seed.
     pub seed: u64,
@@ -208,6 +220,8 @@ pub struct GenConfig {
     pub difficulty: u32,
     /// How many tasks.
     pub n_tasks: usize,
+    /// Families to draw from (empty: every family `difficulty` allows).
+    pub families: Vec<String>,
 }
 
 /// The loaded data generation draws from: the τ²-bench domains (shared, loaded once).
@@ -243,6 +257,22 @@ pub fn generate(domain: Domain, sources: &GenSources, config: &GenConfig) -> Res
             message: format!("must be 1 to 5, got {}", config.difficulty),
         });
     }
+    let known = families(domain);
+    if let Some(unknown) = config
+        .families
+        .iter()
+        .find(|f| !known.iter().any(|(name, _)| name == f))
+    {
+        let names: Vec<&str> = known.iter().map(|(name, _)| *name).collect();
+        return Err(Error::TaskGen {
+            what: format!("family {unknown:?}"),
+            message: format!(
+                "is not a generated family of the {} domain; its families: {}",
+                domain_name(domain),
+                names.join(", ")
+            ),
+        });
+    }
     let mut runner = Runner::new(domain, sources)?;
     let mut out = Vec::with_capacity(config.n_tasks);
     match domain {
@@ -250,7 +280,8 @@ pub fn generate(domain: Domain, sources: &GenSources, config: &GenConfig) -> Res
             let pools = tau2_retail::Pools::new(need(&sources.retail, "retail")?, config.split)?;
             for idx in 0..config.n_tasks {
                 let mut rng = task_rng(domain, config, idx);
-                let plan = tau2_retail::plan(&pools, config.difficulty, &mut rng)?;
+                let plan =
+                    tau2_retail::plan(&pools, config.difficulty, &config.families, &mut rng)?;
                 out.push(build(domain, config, idx, plan, &mut runner)?);
             }
         }
@@ -258,14 +289,16 @@ pub fn generate(domain: Domain, sources: &GenSources, config: &GenConfig) -> Res
             let pools = tau2_airline::Pools::new(need(&sources.airline, "airline")?, config.split)?;
             for idx in 0..config.n_tasks {
                 let mut rng = task_rng(domain, config, idx);
-                let plan = tau2_airline::plan(&pools, config.difficulty, &mut rng)?;
+                let plan =
+                    tau2_airline::plan(&pools, config.difficulty, &config.families, &mut rng)?;
                 out.push(build(domain, config, idx, plan, &mut runner)?);
             }
         }
         Domain::Functions => {
             for idx in 0..config.n_tasks {
                 let mut rng = task_rng(domain, config, idx);
-                let plan = functions::plan(config.split, config.difficulty, &mut rng);
+                let plan =
+                    functions::plan(config.split, config.difficulty, &config.families, &mut rng);
                 out.push(build(domain, config, idx, plan, &mut runner)?);
             }
         }
@@ -515,6 +548,37 @@ fn build(
     }
     let mut standards = Vec::new();
     for call in &plan.required {
+        let keys: Vec<&String> = call
+            .arguments
+            .as_object()
+            .map(|args| args.keys().collect())
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            // One standard per argument, sharing the call's weight of 1.
+            let weight = 1.0 / keys.len() as f64;
+            for key in keys {
+                let value = &call.arguments[key.as_str()];
+                standards.push(Standard {
+                    question: format!("Did the agent call {} with {key} = {value}?", call.name),
+                    focus_on: format!("the agent's {} tool calls", call.name),
+                    pass_condition: format!(
+                        "The call to {} that matches {} best has {key} = {value}",
+                        call.name, call.arguments
+                    ),
+                    failure_examples: vec![
+                        format!("{} is never called", call.name),
+                        format!("{} is called with a different {key}", call.name),
+                    ],
+                    weight,
+                    rule: Rule::Argument {
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        key: key.clone(),
+                    },
+                });
+            }
+            continue;
+        }
         standards.push(Standard {
             question: format!("Did the agent call {} with the right arguments?", call.name),
             focus_on: format!("the agent's {} tool calls", call.name),

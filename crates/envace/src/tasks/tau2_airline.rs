@@ -79,10 +79,21 @@ pub(crate) fn families() -> Vec<(&'static str, u32)> {
 
 /// Draws a family allowed at this difficulty and plans a task; retries on a sample that does
 /// not fit.
-pub(crate) fn plan(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Result<Plan> {
+pub(crate) fn plan(
+    pools: &Pools<'_>,
+    difficulty: u32,
+    families: &[String],
+    rng: &mut Rng,
+) -> Result<Plan> {
     let allowed: Vec<&(&str, u32, Family)> = FAMILIES
         .iter()
-        .filter(|(_, d, _)| *d <= difficulty)
+        .filter(|(name, d, _)| {
+            if families.is_empty() {
+                *d <= difficulty
+            } else {
+                families.iter().any(|f| f == name)
+            }
+        })
         .collect();
     for _ in 0..500 {
         let Some((_, _, family)) = rng.pick(&allowed) else {

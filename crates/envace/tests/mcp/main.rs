@@ -98,6 +98,7 @@ fn script(domain: Domain, sources: &GenSources) -> Vec<Call> {
             split: TaskSplit::Test,
             difficulty,
             n_tasks: 6,
+            families: Vec::new(),
         };
         for task in generate(domain, sources, &config).unwrap() {
             for message in &task.oracle {

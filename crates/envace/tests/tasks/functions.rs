@@ -132,7 +132,7 @@ fn errors_name_the_argument_or_tool() {
         "convert_length",
         json!({"value": 1, "from_unit": "mi", "to_unit": "m"}),
         expect![[
-            r#"Error: argument `from_unit` of convert_length: "mi" is not one of "mm", "cm" or 4 other candidates"#
+            r#"Error: argument `from_unit` of convert_length: "mi" is not one of "mm", "cm", "m", "km", "in" or "ft""#
         ]],
     );
     check(

@@ -1,0 +1,445 @@
+//! `cargo xtask bench science [--seeds A,B,C]`: does world-rehearsal RL train, measured over
+//! seeds. For each seed: SFT once (the quickstart's SFT), then three arms from that same
+//! checkpoint, each its own `envace train` run — real-environment GRPO, rehearsal GRPO, and an
+//! equal-compute control that spends the RL arms' wall time on more SFT — and the test-time
+//! rehearsal curves (N = 0, 1, 2, 4, 8; parallel and sequential) on the SFT-only and the
+//! rehearsal-GRPO checkpoints. Every arm is evaluated on the same held-out tasks: greedy
+//! success and score, per family, and sampled pass@k. Prints means ± standard errors over
+//! seeds, the per-seed figures behind them, each target with its verdict, and the CPU.
+//!
+//! Every config is the quickstart preset with a few keys changed (named in the JSON), so the
+//! benchmark measures what a person who clicks Start gets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use toml_edit::{DocumentMut, Item, value};
+
+use crate::bench_runs::{target_dir, write_result};
+
+/// Held-out tasks and sampled trials of every evaluation of the benchmark.
+const EVAL_TASKS: i64 = 200;
+const EVAL_TRIALS: i64 = 8;
+/// Test-time rehearsal budgets (N = 0 is the plain evaluation).
+const BUDGETS: [i64; 4] = [1, 2, 4, 8];
+const DEFAULT_SEEDS: [u64; 3] = [1, 2, 3];
+
+/// The targets.
+const TARGET_RL_GAIN: f64 = 0.10;
+const TARGET_TEST_TIME_GAIN: f64 = 0.05;
+const TARGET_ARM_SECS: f64 = 15.0 * 60.0;
+const TARGET_TOTAL_SECS: f64 = 2.0 * 3600.0;
+
+/// One `envace train` run of the benchmark.
+struct Arm {
+    /// Seconds from the process start to its last plain held-out evaluation.
+    train_secs: f64,
+    /// The whole process, test-time curves included.
+    total_secs: f64,
+    /// Its `eval_results` rows.
+    evals: Vec<Value>,
+}
+
+impl Arm {
+    /// The value of `metric` in `category` at the run's last evaluated step.
+    fn last(&self, category: &str, metric: &str) -> Option<f64> {
+        self.evals
+            .iter()
+            .filter(|e| e.get("category").and_then(Value::as_str) == Some(category))
+            .filter(|e| e.get("metric").and_then(Value::as_str) == Some(metric))
+            .max_by_key(|e| e.get("step").and_then(Value::as_u64).unwrap_or(0))
+            .and_then(|e| e.get("value").and_then(Value::as_f64))
+    }
+
+    /// Every figure of the last plain evaluation: `{metric: value}` for `all` and each family.
+    fn figures(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        let last_step = self
+            .evals
+            .iter()
+            .filter(|e| e.get("category").and_then(Value::as_str) == Some("all"))
+            .filter_map(|e| e.get("step").and_then(Value::as_u64))
+            .max();
+        for e in &self.evals {
+            let category = e.get("category").and_then(Value::as_str).unwrap_or("");
+            if e.get("step").and_then(Value::as_u64) != last_step
+                || !(category == "all" || category.starts_with("family/"))
+            {
+                continue;
+            }
+            let metric = e.get("metric").and_then(Value::as_str).unwrap_or("");
+            let entry = out.entry(category.to_owned()).or_insert_with(|| json!({}));
+            entry[metric] = e.get("value").cloned().unwrap_or(Value::Null);
+        }
+        Value::Object(out)
+    }
+
+    /// The test-time curve: `{style: {N: success}}`, N = 0 from the plain evaluation.
+    fn curve(&self) -> Value {
+        let mut out = json!({});
+        for style in ["parallel", "sequential"] {
+            let mut points = serde_json::Map::new();
+            points.insert("0".to_owned(), json!(self.last("all", "success")));
+            for n in BUDGETS {
+                points.insert(
+                    n.to_string(),
+                    json!(self.last(&format!("rehearsal/{style}/{n}"), "success")),
+                );
+            }
+            out[style] = Value::Object(points);
+        }
+        out
+    }
+}
+
+/// The quickstart preset with the benchmark's evaluation and `seed`.
+fn base_config(root: &Path, seed: u64) -> Result<DocumentMut> {
+    let path = root.join("assets/configs/quickstart.toml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not TOML", path.display()))?;
+    doc["run"]["seed"] = value(seed as i64);
+    doc["eval"]["max_tasks"] = value(EVAL_TASKS);
+    doc["eval"]["n_trials"] = value(EVAL_TRIALS);
+    // Evaluate once, after the last step (and after SFT for the SFT run).
+    doc["eval"]["interval_steps"] = value(0);
+    doc["rehearsal"]["budget_curve"] = Item::None;
+    Ok(doc)
+}
+
+fn set_name(doc: &mut DocumentMut, name: &str) {
+    doc["run"]["name"] = value(name);
+}
+
+fn init_from_sft(doc: &mut DocumentMut) {
+    let mut init = toml_edit::Table::new();
+    init["run"] = value("sft");
+    doc["init"] = Item::Table(init);
+}
+
+fn budget_curve(doc: &mut DocumentMut) {
+    let mut budgets = toml_edit::Array::new();
+    for n in BUDGETS {
+        budgets.push(n);
+    }
+    doc["rehearsal"]["budget_curve"] = value(budgets);
+}
+
+/// Writes `doc` to `dir/name.toml` and trains it into `store`.
+fn train(envace: &Path, dir: &Path, name: &str, doc: &DocumentMut, store: &Path) -> Result<Arm> {
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, doc.to_string())
+        .with_context(|| format!("cannot write {}", config.display()))?;
+    eprintln!(
+        "xtask: $ envace --store {} train {}",
+        store.display(),
+        config.display()
+    );
+    let started = Instant::now();
+    let started_unix = unix_now();
+    let status = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .arg("train")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let total_secs = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("training {} failed ({status})", config.display());
+    }
+    let out = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .args(["runs", "show", name, "--json"])
+        .output()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let shown: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("`envace runs show {name} --json` printed no JSON"))?;
+    let evals = shown
+        .get("eval_results")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let last_plain = evals
+        .iter()
+        .filter(|e| e.get("category").and_then(Value::as_str) == Some("all"))
+        .filter_map(|e| e.get("wall_time").and_then(Value::as_f64))
+        .fold(f64::NAN, f64::max);
+    Ok(Arm {
+        train_secs: if last_plain.is_finite() {
+            last_plain - started_unix
+        } else {
+            total_secs
+        },
+        total_secs,
+        evals,
+    })
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The median SFT step time of run `name`, from its `perf/step_time_secs` metrics.
+fn sft_step_secs(envace: &Path, store: &Path, name: &str) -> Result<f64> {
+    let out = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .args([
+            "runs", "export", name, "--format", "jsonl", "--table", "metrics",
+        ])
+        .output()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let mut secs: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|row| row.get("key").and_then(Value::as_str) == Some("perf/step_time_secs"))
+        .filter_map(|row| row.get("value").and_then(Value::as_f64))
+        .collect();
+    if secs.is_empty() {
+        bail!("run {name} has no perf/step_time_secs metrics");
+    }
+    secs.sort_by(f64::total_cmp);
+    Ok(secs[secs.len() / 2])
+}
+
+/// Mean and standard error (sample sd / √n) of values; NaN for none.
+fn mean_se(values: &[f64]) -> (f64, f64) {
+    let n = values.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (mean, f64::NAN);
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    (mean, (var / n as f64).sqrt())
+}
+
+fn stat(values: &[f64]) -> Value {
+    let (mean, se) = mean_se(values);
+    json!({"mean": mean, "se": se, "per_seed": values})
+}
+
+/// The CPU this ran on: model name and the vector extensions that matter for our kernels.
+fn cpu() -> Value {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = text
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map_or("unknown", str::trim)
+        .to_owned();
+    let flags: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|f| {
+            f.split_whitespace()
+                .filter(|f| ["avx2", "fma", "avx512f", "avx512bw", "avx512vl"].contains(f))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "model": model,
+        "vector_extensions": flags,
+        "threads": std::env::var("RAYON_NUM_THREADS").ok(),
+    })
+}
+
+/// Parses `--seeds A,B,C`.
+pub fn parse_seeds(args: &[String]) -> Result<Vec<u64>> {
+    match args.iter().position(|a| a == "--seeds") {
+        None => Ok(DEFAULT_SEEDS.to_vec()),
+        Some(idx) => {
+            let list = args
+                .get(idx + 1)
+                .context("--seeds needs a comma-separated list, e.g. --seeds 1,2,3")?;
+            list.split(',')
+                .map(|s| {
+                    s.trim()
+                        .parse::<u64>()
+                        .with_context(|| format!("--seeds: {s:?} is not a seed (a whole number)"))
+                })
+                .collect()
+        }
+    }
+}
+
+/// `cargo xtask bench science [--seeds A,B,C]`.
+pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
+    if seeds.is_empty() {
+        bail!("--seeds: give at least one seed");
+    }
+    crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
+    let envace = target_dir(root).join("release").join("envace");
+    let bench_dir = root.join("target").join("bench").join("science");
+    let started = Instant::now();
+    let mut per_seed = Vec::new();
+    for &seed in seeds {
+        let dir: PathBuf = bench_dir.join(format!("seed-{seed}"));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let store = dir.join("runs.sqlite");
+
+        // SFT once; its evaluation (and test-time curve) is the SFT-only figure.
+        let mut sft = base_config(root, seed)?;
+        set_name(&mut sft, "sft");
+        sft["rl"]["n_steps"] = value(0);
+        budget_curve(&mut sft);
+        let sft_arm = train(&envace, &dir, "sft", &sft, &store)?;
+
+        // The two RL arms from the SFT checkpoint.
+        let mut rehearse = base_config(root, seed)?;
+        set_name(&mut rehearse, "rehearsal-grpo");
+        rehearse["sft"]["enabled"] = value(false);
+        rehearse["env"]["tool_response_mode"] = value("rehearse");
+        init_from_sft(&mut rehearse);
+        budget_curve(&mut rehearse);
+        let rehearse_arm = train(&envace, &dir, "rehearsal-grpo", &rehearse, &store)?;
+
+        let mut real = base_config(root, seed)?;
+        set_name(&mut real, "real-grpo");
+        real["sft"]["enabled"] = value(false);
+        real["env"]["tool_response_mode"] = value("real");
+        init_from_sft(&mut real);
+        let real_arm = train(&envace, &dir, "real-grpo", &real, &store)?;
+
+        // More SFT for as long as the RL arms took, at SFT's final learning rate.
+        let step_secs = sft_step_secs(&envace, &store, "sft")?;
+        let rl_secs = (rehearse_arm.train_secs + real_arm.train_secs) / 2.0;
+        let n_more = ((rl_secs / step_secs).round() as i64).max(1);
+        let mut more = base_config(root, seed)?;
+        set_name(&mut more, "more-sft");
+        let final_lr = more["sft"]["lr"].as_float().unwrap_or(1e-3)
+            * more["sft"]["min_lr_ratio"].as_float().unwrap_or(1.0);
+        more["sft"]["n_steps"] = value(n_more);
+        more["sft"]["lr"] = value(final_lr);
+        more["sft"]["lr_schedule"] = value("constant");
+        more["sft"]["warmup_steps"] = value(0);
+        more["rl"]["n_steps"] = value(0);
+        init_from_sft(&mut more);
+        let more_arm = train(&envace, &dir, "more-sft", &more, &store)?;
+
+        let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
+        let gain = |arm: &Arm, n: i64| {
+            arm.last(&format!("rehearsal/parallel/{n}"), "success")
+                .unwrap_or(f64::NAN)
+                - success(arm)
+        };
+        let figures = json!({
+            "seed": seed,
+            "sft_only": {"held_out": sft_arm.figures(), "test_time": sft_arm.curve(), "wall_secs": sft_arm.train_secs},
+            "more_sft": {"held_out": more_arm.figures(), "wall_secs": more_arm.train_secs, "extra_sft_steps": n_more},
+            "real_grpo": {"held_out": real_arm.figures(), "wall_secs": real_arm.train_secs},
+            "rehearsal_grpo": {"held_out": rehearse_arm.figures(), "test_time": rehearse_arm.curve(), "wall_secs": rehearse_arm.train_secs},
+            "sft_plus_rehearsal_grpo_secs": sft_arm.train_secs + rehearse_arm.train_secs,
+            "process_secs": sft_arm.total_secs + rehearse_arm.total_secs + real_arm.total_secs + more_arm.total_secs,
+        });
+        eprintln!("xtask: seed {seed}: {figures}");
+        per_seed.push((
+            figures,
+            [
+                success(&sft_arm),
+                success(&more_arm),
+                success(&real_arm),
+                success(&rehearse_arm),
+            ],
+            [gain(&sft_arm, 4), gain(&rehearse_arm, 4)],
+            sft_arm.train_secs + rehearse_arm.train_secs,
+        ));
+    }
+    let total_secs = started.elapsed().as_secs_f64();
+    let column = |idx: usize| -> Vec<f64> { per_seed.iter().map(|(_, s, _, _)| s[idx]).collect() };
+    let paired = |a: usize, b: usize| -> Vec<f64> {
+        per_seed.iter().map(|(_, s, _, _)| s[a] - s[b]).collect()
+    };
+    let (sft, more, real, rehearse) = (column(0), column(1), column(2), column(3));
+    let rl_gain = paired(3, 0);
+    let over_more = paired(3, 1);
+    let over_real = paired(3, 2);
+    let tt_sft: Vec<f64> = per_seed.iter().map(|(_, _, g, _)| g[0]).collect();
+    let tt_rl: Vec<f64> = per_seed.iter().map(|(_, _, g, _)| g[1]).collect();
+    let tt_diff: Vec<f64> = tt_rl.iter().zip(&tt_sft).map(|(a, b)| a - b).collect();
+    let arm_secs: Vec<f64> = per_seed.iter().map(|(_, _, _, s)| *s).collect();
+    let (gain_mean, gain_se) = mean_se(&rl_gain);
+    let (over_real_mean, over_real_se) = mean_se(&over_real);
+    let (tt_mean, _) = mean_se(&tt_rl);
+    let (tt_diff_mean, _) = mean_se(&tt_diff);
+    let verdict = |met: bool| if met { "met" } else { "not met" };
+    let targets = json!({
+        "rl_minus_sft_success": {
+            "target": format!(">= {TARGET_RL_GAIN} and > 2 standard errors"),
+            "value": gain_mean, "se": gain_se,
+            "verdict": verdict(gain_mean >= TARGET_RL_GAIN && gain_mean > 2.0 * gain_se),
+        },
+        "rl_minus_more_sft_success": {
+            "target": "> 0",
+            "value": mean_se(&over_more).0,
+            "verdict": verdict(mean_se(&over_more).0 > 0.0),
+        },
+        "rehearsal_minus_real_grpo_success": {
+            "target": ">= -1 standard error",
+            "value": over_real_mean, "se": over_real_se,
+            "verdict": verdict(over_real_mean >= -over_real_se.max(0.0)),
+        },
+        "test_time_parallel_4_gain_on_rehearsal_grpo": {
+            "target": format!(">= {TARGET_TEST_TIME_GAIN}, and above the gain on SFT only"),
+            "value": tt_mean, "gain_on_sft_only": mean_se(&tt_sft).0,
+            "verdict": verdict(tt_mean >= TARGET_TEST_TIME_GAIN && tt_diff_mean > 0.0),
+        },
+        "sft_plus_rl_arm_secs": {
+            "target": format!("<= {TARGET_ARM_SECS}"),
+            "value": arm_secs.iter().copied().fold(f64::NAN, f64::max),
+            "verdict": verdict(arm_secs.iter().all(|&s| s <= TARGET_ARM_SECS)),
+        },
+        "benchmark_secs": {
+            "target": format!("<= {TARGET_TOTAL_SECS}"),
+            "value": total_secs,
+            "verdict": verdict(total_secs <= TARGET_TOTAL_SECS),
+        },
+    });
+    let result = json!({
+        "bench": "science",
+        "figures": {
+            "cpu": cpu(),
+            "seeds": seeds,
+            "held_out_tasks": EVAL_TASKS,
+            "sampled_trials": EVAL_TRIALS,
+            "config": "assets/configs/quickstart.toml; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate",
+            "success": {
+                "sft_only": stat(&sft),
+                "more_sft": stat(&more),
+                "real_grpo": stat(&real),
+                "rehearsal_grpo": stat(&rehearse),
+            },
+            "test_time_parallel_4_gain": {
+                "sft_only": stat(&tt_sft),
+                "rehearsal_grpo": stat(&tt_rl),
+            },
+            "per_seed": per_seed.iter().map(|(f, _, _, _)| f.clone()).collect::<Vec<_>>(),
+            "total_secs": total_secs,
+        },
+        "ratios": {
+            "rl_minus_sft": stat(&rl_gain),
+            "rl_minus_more_sft": stat(&over_more),
+            "rehearsal_minus_real": stat(&over_real),
+            "targets": targets,
+        },
+    });
+    write_result(root, "science", &result)
+}

@@ -13,8 +13,8 @@ use tauri_plugin_dialog::DialogExt;
 use crate::StudioState;
 use crate::contract::{
     CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
-    EvalSeries, FidelityScores, FieldIssue, MessageView, MetricSeries, PathPick, PresetInfo,
-    RunEvals, RunInfo, RunMetrics, StudioError, TurnView, finite,
+    EvalSeries, FidelityScores, FieldIssue, GroupMemberView, GroupView, MessageView, MetricSeries,
+    PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup, StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -225,20 +225,92 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
     }
     let store = Store::open(&state.store_path)
         .map_err(|err| StudioError::from_engine("Cannot open the run store", &err))?;
-    let runs = store
-        .view()
+    let view = store.view();
+    let runs = view
         .runs()
         .map_err(|err| StudioError::from_engine("Cannot list the runs", &err))?;
+    let mut configs = Vec::with_capacity(runs.len());
+    // Runs with the same config text (the same hash) parse once.
+    let mut parsed = std::collections::HashMap::<String, Option<config::ExperimentConfig>>::new();
+    for run in &runs {
+        let id = i32::try_from(run.id.0).unwrap_or(i32::MAX);
+        let config = match parsed.get(&run.config_hash) {
+            Some(config) => config.clone(),
+            None => {
+                let record = view.find_run(&run.id.0.to_string()).map_err(|err| {
+                    StudioError::from_engine(format!("Cannot read the config of run {id}"), &err)
+                })?;
+                // A config written by an older build may no longer parse: the run is listed
+                // all the same, in an arm of its own and without its settings.
+                let config =
+                    config::parse(&record.config_toml, &format!("the config of run {id}")).ok();
+                parsed.insert(run.config_hash.clone(), config.clone());
+                config
+            }
+        };
+        configs.push((id, config));
+    }
+    let arms = seed_arms(&configs);
     Ok(runs
         .into_iter()
-        .map(|run| RunInfo {
-            id: i32::try_from(run.id.0).unwrap_or(i32::MAX),
+        .zip(configs)
+        .zip(arms)
+        .map(|((run, (id, config)), arm)| RunInfo {
+            id,
             name: run.name,
             status: run.status.as_str().to_string(),
             created_at: run.created_at,
             last_step: run.last_step.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+            setup: config.as_ref().map(run_setup),
+            arm,
         })
         .collect())
+}
+
+/// A config enum's name as the TOML spells it (`rehearse`, `llm`, `role_wise`).
+fn toml_word<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The settings of a run the views group or judge it by.
+fn run_setup(config: &config::ExperimentConfig) -> RunSetup {
+    RunSetup {
+        seed: config.run.seed.to_string(),
+        tool_response_mode: toml_word(&config.env.tool_response_mode),
+        judge: toml_word(&config.judge.kind),
+    }
+}
+
+/// The arm of each run `(id, parsed config)`: runs whose configs are equal once `[run].seed`
+/// and `[run].name` are set aside (they differ only in seed) share the smallest id among
+/// them; a run whose config did not parse is an arm of its own.
+pub fn seed_arms(runs: &[(i32, Option<config::ExperimentConfig>)]) -> Vec<i32> {
+    let bare: Vec<Option<config::ExperimentConfig>> = runs
+        .iter()
+        .map(|(_, config)| {
+            config.clone().map(|mut config| {
+                config.run.seed = 0;
+                config.run.name = String::new();
+                config
+            })
+        })
+        .collect();
+    runs.iter()
+        .zip(&bare)
+        .map(|((id, _), mine)| match mine {
+            None => *id,
+            Some(mine) => runs
+                .iter()
+                .zip(&bare)
+                .filter(|(_, other)| other.as_ref() == Some(mine))
+                .map(|((other, _), _)| *other)
+                .min()
+                .unwrap_or(*id),
+        })
+        .collect()
 }
 
 fn run_id(run: i32) -> RunId {
@@ -464,6 +536,7 @@ fn episode_view(step: u64, episode: EpisodeRecord) -> EpisodeView {
         step: u32::try_from(step).unwrap_or(u32::MAX),
         episode_idx: to_u32(episode.episode_idx),
         task_id: episode.task_id,
+        group: episode.group,
         mode: episode.mode,
         reward: episode.reward.and_then(finite),
         mask_reason: episode.mask_reason,
@@ -549,6 +622,63 @@ pub async fn run_episodes(
         steps,
         step: shown,
         episodes,
+    })
+}
+
+/// One GRPO group of `run` at `step`: its rollouts with their rewards and the advantage each
+/// role got, computed by the engine exactly as training did under the run's `[rl]` settings.
+#[tauri::command]
+#[specta::specta]
+pub async fn run_group(
+    state: State<'_, StudioState>,
+    run: i32,
+    step: u32,
+    group: String,
+) -> Result<GroupView, StudioError> {
+    let what = format!("Cannot open GRPO group {group} of run {run} at step {step}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    let record = view
+        .find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let config = config::parse(&record.config_toml, &format!("the config of run {run}"))
+        .map_err(|errors| StudioError::from_engine(&what, &envace::Error::Config(errors)))?;
+    let episodes: Vec<EpisodeRecord> = envace::rollout::load_episodes(&view, run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?
+        .into_iter()
+        .filter(|(s, _)| *s == u64::from(step))
+        .map(|(_, episode)| episode)
+        .collect();
+    let members = envace::rl::grpo::group_members(&episodes, &group, &config.rl);
+    if members.is_empty() {
+        return Err(StudioError::new(
+            what,
+            format!("run {run} recorded no episode of group {group} at step {step}"),
+        ));
+    }
+    let mut by_idx: std::collections::HashMap<usize, EpisodeRecord> = episodes
+        .into_iter()
+        .filter(|e| e.group == group)
+        .map(|e| (e.episode_idx, e))
+        .collect();
+    let members = members
+        .into_iter()
+        .filter_map(|member| {
+            let episode = by_idx.remove(&member.episode_idx)?;
+            Some(GroupMemberView {
+                act_advantage: member.act_advantage.and_then(finite),
+                rehearse_advantage: member.rehearse_advantage.and_then(finite),
+                episode: episode_view(u64::from(step), episode),
+            })
+        })
+        .collect();
+    Ok(GroupView {
+        run,
+        step,
+        group,
+        baseline: toml_word(&config.rl.advantage_baseline),
+        divide_by_std: config.rl.divide_by_std,
+        members,
     })
 }
 
@@ -713,6 +843,7 @@ pub async fn forget_api_key(name: String) -> Result<bool, StudioError> {
 #[cfg(test)]
 mod tests {
     use envace::store::EvalRow;
+    use serde_json::json;
 
     use super::eval_series;
 
@@ -726,6 +857,36 @@ mod tests {
             n_tasks: 10,
             wall_time: step as f64,
         }
+    }
+
+    #[test]
+    fn runs_that_differ_only_in_seed_and_name_share_an_arm() {
+        let base = envace::config::preset("quickstart").unwrap().toml;
+        let with = |edits: &[(&[&str], serde_json::Value)]| {
+            let mut text = base.to_owned();
+            for (path, value) in edits {
+                text = envace::config::edit::set_value(&text, path, value).unwrap();
+            }
+            Some(envace::config::parse(&text, "test").unwrap())
+        };
+        let runs = vec![
+            (1, with(&[(&["run", "seed"], json!(1))])),
+            (2, with(&[(&["rl", "lr"], json!(2e-5))])),
+            (
+                3,
+                with(&[
+                    (&["run", "seed"], json!(9)),
+                    (&["run", "name"], json!("other")),
+                ]),
+            ),
+            (4, None),
+            (
+                5,
+                with(&[(&["rl", "lr"], json!(2e-5)), (&["run", "seed"], json!(3))]),
+            ),
+            (6, with(&[])),
+        ];
+        assert_eq!(super::seed_arms(&runs), vec![1, 2, 1, 4, 2, 1]);
     }
 
     #[test]

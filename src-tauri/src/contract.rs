@@ -73,6 +73,24 @@ pub struct RunInfo {
     pub created_at: f64,
     /// Highest step with a metric.
     pub last_step: Option<u32>,
+    /// What its config sets that the views need; `None` when the stored config no longer
+    /// parses.
+    pub setup: Option<RunSetup>,
+    /// Its arm: the smallest id among the runs whose configs equal its own once `[run].seed`
+    /// and `[run].name` are set aside (runs that differ only in seed share one); its own id
+    /// when its config no longer parses.
+    pub arm: i32,
+}
+
+/// A few settings of a run's config, for the views that group or judge runs by them.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct RunSetup {
+    /// `[run].seed`, as text (a u64 may not fit a JavaScript number).
+    pub seed: String,
+    /// `[env].tool_response_mode`: `real`, `rehearse`, `external` or `mixed`.
+    pub tool_response_mode: String,
+    /// `[judge].kind`: `rule` or `llm`.
+    pub judge: String,
 }
 
 /// An engine failure as the front end shows it: what failed, and the file or field at fault.
@@ -366,6 +384,9 @@ pub struct EpisodeView {
     pub episode_idx: u32,
     /// The task.
     pub task_id: String,
+    /// Its GRPO group: the episodes of the step with the same prompt (memory groups end in
+    /// `#memory`).
+    pub group: String,
     /// How tool calls were answered (`real`, `rehearse`, `external`, `mixed`).
     pub mode: String,
     /// The judge's score; `None` when masked.
@@ -445,4 +466,32 @@ pub struct RunEvals {
     pub run: i32,
     /// One series per (benchmark, category, metric), sorted by them.
     pub series: Vec<EvalSeries>,
+}
+
+/// One rollout of a GRPO group with the advantage each role got in training.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct GroupMemberView {
+    /// The advantage of its act sample; `None` when it has none (or is masked).
+    pub act_advantage: Option<f64>,
+    /// The mean advantage of its rehearse samples; `None` when it has none (or is masked).
+    pub rehearse_advantage: Option<f64>,
+    /// The episode itself.
+    pub episode: EpisodeView,
+}
+
+/// One GRPO group of a step: its rollouts side by side, as the step's loss saw them.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct GroupView {
+    /// The run.
+    pub run: i32,
+    /// The step.
+    pub step: u32,
+    /// The group (the task id; memory groups end in `#memory`).
+    pub group: String,
+    /// `[rl].advantage_baseline`: `role_wise` or `pooled`.
+    pub baseline: String,
+    /// `[rl].divide_by_std`.
+    pub divide_by_std: bool,
+    /// The rollouts, in episode order.
+    pub members: Vec<GroupMemberView>,
 }

@@ -47,6 +47,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::run_config,
             commands::diff_runs,
             commands::run_episodes,
+            commands::run_group,
             commands::save_png,
             commands::save_svg,
             commands::check_endpoint,

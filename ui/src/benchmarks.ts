@@ -1,9 +1,10 @@
 // Benchmark scores of a run from the store's eval_results (a line chart per benchmark over the
-// evaluated steps, one curve per category and metric, and bars of the latest values), and
-// the per-tool × step heatmap of rehearsal fidelity drawn from the run's metrics.
+// evaluated steps, one curve per category and metric with its stored standard error as a
+// band, and bars of the latest values), and the per-tool × step heatmap of rehearsal fidelity
+// drawn from the run's metrics.
 
 import { commands, type EvalSeries, type StudioError } from "./bindings";
-import { HEAT_SCORES, benchmarks, budgetCurves, heatColor, heatGrid, isBudgetCategory, isErrorMetric, latestBars, type SeriesStore } from "./chartData";
+import { HEAT_SCORES, benchmarks, budgetCurves, evalCurve, heatColor, heatGrid, isBudgetCategory, isErrorMetric, latestBars, meanBand, type SeriesStore } from "./chartData";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
 
@@ -68,12 +69,17 @@ export class BenchmarkPanel {
     const shown = this.series.filter(
       (s) => s.benchmark === chosen && !isBudgetCategory(s.category) && !isErrorMetric(s.metric),
     );
+    // Each value ± its stored standard error (`<metric>_se`), drawn as a band.
     this.chart.setSeries(
-      shown.map((s) => ({ key: `${s.category}/${s.metric}`, steps: s.steps, values: s.values })),
+      shown.map((s) => {
+        const key = `${s.category}/${s.metric}`;
+        const curve = evalCurve(this.series, chosen, s.category, s.metric);
+        return curve ? meanBand(key, [curve], "se") : { key, steps: s.steps, values: s.values };
+      }),
       shown.map((s) => `${s.category}/${s.metric}`),
     );
     const curves = budgetCurves(this.series, chosen);
-    this.budget.setSeries(curves?.curves ?? []);
+    this.budget.setSeries((curves?.curves ?? []).map((c) => meanBand(c.key, [c], "se")));
     this.budgetNote.textContent = curves
       ? `After step ${curves.step}: each committed attempt follows N private imagined attempts, parallel (independent) or sequential (each sees the earlier ones); N = 0 is the plain evaluation.`
       : "No rehearsal-budget results: set [rehearsal].budget_curve to evaluate them after the last step.";

@@ -60,6 +60,11 @@ export const commands = {
 	/**  The episodes a run recorded at `step` (default: its latest step with episodes). */
 	runEpisodes: (run: number, step: number | null) => typedError<EpisodePage, StudioError>(__TAURI_INVOKE("run_episodes", { run, step })),
 	/**
+	 *  One GRPO group of `run` at `step`: its rollouts with their rewards and the advantage each
+	 *  role got, computed by the engine exactly as training did under the run's `[rl]` settings.
+	 */
+	runGroup: (run: number, step: number, group: string) => typedError<GroupView, StudioError>(__TAURI_INVOKE("run_group", { run, step, group })),
+	/**
 	 *  Saves a chart image (PNG, base64) to `path`, or asks where when there is none. Returns the
 	 *  path written, or `None` when the person cancelled.
 	 */
@@ -191,6 +196,11 @@ export type EpisodeView = {
 	episode_idx: number,
 	/**  The task. */
 	task_id: string,
+	/**
+	 *  Its GRPO group: the episodes of the step with the same prompt (memory groups end in
+	 *  `#memory`).
+	 */
+	group: string,
 	/**  How tool calls were answered (`real`, `rehearse`, `external`, `mixed`). */
 	mode: string,
 	/**  The judge's score; `None` when masked. */
@@ -245,6 +255,32 @@ export type FieldIssue = {
 	column: number,
 	/**  What is wrong. */
 	message: string,
+};
+
+/**  One rollout of a GRPO group with the advantage each role got in training. */
+export type GroupMemberView = {
+	/**  The advantage of its act sample; `None` when it has none (or is masked). */
+	act_advantage: number | null,
+	/**  The mean advantage of its rehearse samples; `None` when it has none (or is masked). */
+	rehearse_advantage: number | null,
+	/**  The episode itself. */
+	episode: EpisodeView,
+};
+
+/**  One GRPO group of a step: its rollouts side by side, as the step's loss saw them. */
+export type GroupView = {
+	/**  The run. */
+	run: number,
+	/**  The step. */
+	step: number,
+	/**  The group (the task id; memory groups end in `#memory`). */
+	group: string,
+	/**  `[rl].advantage_baseline`: `role_wise` or `pooled`. */
+	baseline: string,
+	/**  `[rl].divide_by_std`. */
+	divide_by_std: boolean,
+	/**  The rollouts, in episode order. */
+	members: GroupMemberView[],
 };
 
 /**  One chat message of the acting conversation. */
@@ -302,6 +338,17 @@ export type RunInfo = {
 	created_at: number | null,
 	/**  Highest step with a metric. */
 	last_step: number | null,
+	/**
+	 *  What its config sets that the views need; `None` when the stored config no longer
+	 *  parses.
+	 */
+	setup: RunSetup | null,
+	/**
+	 *  Its arm: the smallest id among the runs whose configs equal its own once `[run].seed`
+	 *  and `[run].name` are set aside (runs that differ only in seed share one); its own id
+	 *  when its config no longer parses.
+	 */
+	arm: number,
 };
 
 /**  Every metric a run recorded, for charts. */
@@ -312,6 +359,16 @@ export type RunMetrics = {
 	name: string,
 	/**  One series per metric key, sorted by key. */
 	series: MetricSeries[],
+};
+
+/**  A few settings of a run's config, for the views that group or judge runs by them. */
+export type RunSetup = {
+	/**  `[run].seed`, as text (a u64 may not fit a JavaScript number). */
+	seed: string,
+	/**  `[env].tool_response_mode`: `real`, `rehearse`, `external` or `mixed`. */
+	tool_response_mode: string,
+	/**  `[judge].kind`: `rule` or `llm`. */
+	judge: string,
 };
 
 /**  An engine failure as the front end shows it: what failed, and the file or field at fault. */

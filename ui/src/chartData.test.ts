@@ -1,7 +1,10 @@
 // Unit tests of the chart data transforms: chart key matching, the live series store, EMA,
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
-import { CHARTS, SeriesStore, TIME_INCRS, align, onAxis, benchmarks, decimate, ema, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue, latestBars, budgetCurves, type Aligned } from "./chartData";
+import {
+  CHARTS, DRIFT_RULE, SeriesStore, TIME_INCRS, align, onAxis, benchmarks, curveSteps, decimate, driftAlarm, ema, evalCurve, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue,
+  latestBars, budgetCurves, meanBand, passAtK, seedArms, type Aligned,
+} from "./chartData";
 
 const chart = (id: string) => CHARTS.find((c) => c.id === id)!;
 
@@ -277,5 +280,160 @@ describe("heatGrid", () => {
     expect(heatColor(0)).toMatch(/^hsl\(0,/);
     expect(heatColor(1)).toMatch(/^hsl\(120,/);
     expect(heatColor(7)).toBe(heatColor(1));
+  });
+});
+
+describe("seed groups", () => {
+  const runs = [
+    { id: 1, name: "tiny", arm: 1, setup: { seed: "7" } },
+    { id: 2, name: "tiny", arm: 1, setup: { seed: "8" } },
+    { id: 3, name: "tiny-lr", arm: 3, setup: { seed: "7" } },
+    { id: 4, name: "tiny-b", arm: 1, setup: { seed: "9" } },
+    { id: 5, name: "old", arm: 5, setup: null },
+  ];
+  it("makes one arm of the ticked runs that differ only in seed", () => {
+    expect(seedArms(runs, [4, 3, 1, 5, 2], true)).toEqual([
+      { id: 1, label: "tiny / tiny-b × 3 seeds (runs 1, 2, 4)", runs: [1, 2, 4], seeds: ["7", "8", "9"] },
+      { id: 3, label: "run 3 · tiny-lr", runs: [3], seeds: ["7"] },
+      { id: 5, label: "run 5 · old", runs: [5], seeds: ["?"] },
+    ]);
+    // Runs left unticked stay out of their arm.
+    expect(seedArms(runs, [2], true)).toEqual([{ id: 2, label: "run 2 · tiny", runs: [2], seeds: ["8"] }]);
+  });
+  it("keeps every run apart when grouping is off", () => {
+    expect(seedArms(runs, [2, 1], false).map((a) => a.label)).toEqual(["run 1 · tiny", "run 2 · tiny"]);
+  });
+});
+
+describe("mean and band over seeds", () => {
+  const a = { key: "k", steps: [0, 1, 2], values: [1, 2, null], times: [0, 10, 20] };
+  const b = { key: "k", steps: [0, 1, 3], values: [3, 2, 5], times: [2, 12, 30] };
+  const c = { key: "k", steps: [0], values: [5], times: [4] };
+  it("draws the mean ± the sample standard deviation", () => {
+    // Step 0: {1, 3, 5}: mean 3, sd 2. Step 1: {2, 2}: sd 0. Step 2: no value. Step 3: one value, no band.
+    expect(meanBand("k", [a, b, c], "sd")).toEqual({
+      key: "k",
+      steps: [0, 1, 2, 3],
+      values: [3, 2, null, 5],
+      lower: [1, 2, null, null],
+      upper: [5, 2, null, null],
+      times: [2, 11, 20, 30],
+    });
+  });
+  it("or ± the standard error of the mean, sd / √n", () => {
+    const se = 2 / Math.sqrt(3);
+    const band = meanBand("k", [a, b, c], "se");
+    expect(band.lower?.[0]).toBeCloseTo(3 - se, 12);
+    expect(band.upper?.[0]).toBeCloseTo(3 + se, 12);
+  });
+  it("draws a single run ± its own stored standard error, in either mode", () => {
+    const run = { key: "all/score", steps: [2, 4], values: [0.5, 0.6], se: [0.1, null] };
+    for (const kind of ["sd", "se"] as const) {
+      const band = meanBand("all/score", [run], kind);
+      expect(band.values).toEqual([0.5, 0.6]);
+      expect(band.lower?.[0]).toBeCloseTo(0.4, 12);
+      expect(band.upper?.[0]).toBeCloseTo(0.6, 12);
+      expect(band.lower?.[1]).toBeNull();
+    }
+    // Without standard errors there is no band at all.
+    expect(meanBand("x", [{ key: "x", steps: [1], values: [2] }], "sd")).toEqual({ key: "x", steps: [1], values: [2] });
+  });
+});
+
+describe("pass@k and checkpoints", () => {
+  const g = "generated_test";
+  const series = [
+    { benchmark: g, category: "all", metric: "score", steps: [3, 5], values: [0.1, 0.2] },
+    { benchmark: g, category: "all", metric: "score_se", steps: [3, 5], values: [0.05, 0.04] },
+    { benchmark: g, category: "all", metric: "pass@2", steps: [3, 5], values: [0.3, 0.5] },
+    { benchmark: g, category: "all", metric: "pass@1", steps: [3, 5], values: [0.2, 0.25] },
+    { benchmark: g, category: "all", metric: "pass@1_se", steps: [3, 5], values: [0.1, 0.02] },
+    { benchmark: g, category: "all", metric: "pass@2_se", steps: [5], values: [0.03] },
+    { benchmark: g, category: "family/unit", metric: "pass@1", steps: [5], values: [1] },
+    { benchmark: g, category: "rehearsal/parallel/1", metric: "score", steps: [6], values: [0.3] },
+    { benchmark: g, category: "rehearsal/parallel/1", metric: "score_se", steps: [6], values: [0.1] },
+    { benchmark: "bfcl", category: "all", metric: "pass@1", steps: [9], values: [1] },
+  ];
+  it("draws pass@k against k at a step, with its standard errors", () => {
+    expect(passAtK(series, g, 5)).toEqual({ key: "all/pass@k", steps: [1, 2], values: [0.25, 0.5], se: [0.02, 0.03] });
+    expect(passAtK(series, g, 3)).toEqual({ key: "all/pass@k", steps: [1, 2], values: [0.2, 0.3], se: [0.1, null] });
+    expect(passAtK(series, g, 5, "family/unit")).toEqual({ key: "family/unit/pass@k", steps: [1], values: [1] });
+    expect(passAtK(series, g, 4)).toBeNull();
+  });
+  it("lists the steps with pass@k or budget points", () => {
+    expect(curveSteps(series, g)).toEqual([3, 5, 6]);
+    expect(curveSteps(series, "bfcl")).toEqual([9]);
+  });
+  it("carries a budget curve's standard errors, at the step asked for", () => {
+    expect(budgetCurves(series, g, 6)).toEqual({ step: 6, curves: [{ key: "parallel/score", steps: [1], values: [0.3], se: [0.1] }] });
+    expect(budgetCurves(series, g, 5)).toBeNull();
+  });
+  it("gives a benchmark metric over steps with its standard errors", () => {
+    expect(evalCurve(series, g, "all", "score")).toEqual({ key: "all/score", steps: [3, 5], values: [0.1, 0.2], se: [0.05, 0.04] });
+    expect(evalCurve(series, g, "all", "nothing")).toBeNull();
+  });
+});
+
+describe("drift alarm", () => {
+  const store = (rows: [number, Record<string, number | null>][]) => {
+    const s = new SeriesStore();
+    for (const [step, metrics] of rows) s.addStep(step, metrics, step);
+    return s;
+  };
+  const rates = (rehearsed: number[], real: number[], first = 10) =>
+    rehearsed.map((r, i): [number, Record<string, number | null>] => [first + i, { "drift/rehearsed_error_rate": r, "drift/real_error_rate": real[i] }]);
+
+  it("fires when the simulator's error rate falls well below the real one's, from the step it started", () => {
+    // Means over 3 steps: at 12 (0.3 vs 0.3) no, at 13 (0.2 vs 0.3) no, at 14 (0.1 ≤ 0.15) yes.
+    const alarm = driftAlarm(store(rates([0.3, 0.3, 0.3, 0, 0, 0, 0.05], [0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3])), false);
+    expect(alarm.on).toBe(true);
+    expect(alarm.since).toBe(14);
+    expect(alarm.errorRate).toMatchObject({ on: true, since: 14, until: null, step: 16, averaged: 3 });
+    expect(alarm.errorRate?.rehearsed).toBeCloseTo(0.05 / 3, 12);
+    expect(alarm.errorRate?.real).toBeCloseTo(0.3, 12);
+    expect(alarm.reward).toBeNull();
+  });
+
+  it("stays quiet when both worlds err alike, or the real one hardly errs", () => {
+    expect(driftAlarm(store(rates([0.2, 0.25, 0.2, 0.3], [0.3, 0.3, 0.3, 0.3])), false)).toMatchObject({ on: false, since: null, errorRate: { on: false, since: null } });
+    // Real errors under DRIFT_RULE.minRealErrorRate: no alarm even with no rehearsed errors.
+    expect(driftAlarm(store(rates([0, 0, 0, 0], [0.05, 0.05, 0.05, 0.05])), false).on).toBe(false);
+    expect(DRIFT_RULE.minRealErrorRate).toBe(0.1);
+    // Fewer steps with data than the window: figures so far, but no alarm yet.
+    expect(driftAlarm(store(rates([0, 0], [0.5, 0.5])), false).errorRate).toEqual({ on: false, since: null, until: null, step: 11, rehearsed: 0, real: 0.5, averaged: 2 });
+    // No replayed calls at all.
+    expect(driftAlarm(store([[1, { "rl/reward": 0.5 }]]), false)).toEqual({ on: false, since: null, errorRate: null, reward: null });
+  });
+
+  it("remembers a period that has ended", () => {
+    const alarm = driftAlarm(store(rates([0, 0, 0, 0.3, 0.3, 0.3], [0.3, 0.3, 0.3, 0.3, 0.3, 0.3])), false);
+    // Windows end at 12 (0 vs 0.3: on), 13 (0.1: on), 14 (0.2: off), 15 (0.3: off).
+    expect(alarm.on).toBe(false);
+    expect(alarm.errorRate).toMatchObject({ on: false, since: 12, until: 13 });
+  });
+
+  it("fires on rehearsed reward pulling ahead of the held-out real score, only when asked", () => {
+    const rows: [number, Record<string, number | null>][] = [];
+    for (let step = 3; step <= 12; step++) rows.push([step, { "rl/reward": step < 7 ? 0.3 : 0.8 }]);
+    // Held-out scores (real environment) at 3, 6, 9, 12 stay at 0.2.
+    for (const step of [3, 6, 9, 12]) rows.push([step, { "eval/generated_test/score": 0.2 }]);
+    const s = store(rows);
+    // Gap 0.1 at step 3 (the baseline), 0.1 at 6, then 0.6: 0.5 more than at the start.
+    const alarm = driftAlarm(s, true);
+    expect(alarm.reward).toMatchObject({ on: true, since: 9, until: null, step: 12, real: 0.2, averaged: 3 });
+    expect(alarm.reward?.baseline).toBeCloseTo(0.1, 12);
+    expect(alarm).toMatchObject({ on: true, since: 9 });
+    expect(driftAlarm(s, false)).toMatchObject({ on: false, reward: null });
+  });
+
+  it("dates the alarm from the earliest half that is on", () => {
+    const rows = rates([0, 0, 0, 0, 0, 0], [0.4, 0.4, 0.4, 0.4, 0.4, 0.4], 5);
+    for (let step = 5; step <= 10; step++) rows.push([step, { "rl/reward": step < 8 ? 0.2 : 0.9 }]);
+    for (const step of [5, 8, 10]) rows.push([step, { "eval/generated_test/score": 0.1 }]);
+    const alarm = driftAlarm(store(rows), true);
+    expect(alarm.errorRate?.since).toBe(7);
+    // At 8 the rewards of steps 6–8 average 0.43: a gap of 0.33 against 0.1 at step 5.
+    expect(alarm.reward?.since).toBe(8);
+    expect(alarm.since).toBe(7);
   });
 });

@@ -421,45 +421,377 @@ export function isBudgetCategory(category: string): boolean {
 
 /** The rehearsal-budget curves of one benchmark at one evaluated step. */
 export interface BudgetCurves {
-  /** The step evaluated: the latest one with budget points. */
+  /** The step evaluated: the one asked for, else the latest one with budget points. */
   step: number;
-  /** `<style>/<metric>` curves over the budget N; N = 0 is the plain evaluation (`all`). */
-  curves: Series[];
+  /**
+   * `<style>/<metric>` curves over the budget N; N = 0 is the plain evaluation (`all`). A curve
+   * carries `se` when standard errors (`<metric>_se`) were stored for its points.
+   */
+  curves: SeSeries[];
+}
+
+/** The value of `s` at `step` (its newest when repeated), or null. */
+function valueAt(s: EvalLike | undefined, step: number): number | null {
+  if (!s) return null;
+  for (let i = s.steps.length - 1; i >= 0; i--) if (s.steps[i] === step) return s.values[i] ?? null;
+  return null;
 }
 
 /**
  * Score against the number of imagined attempts, one curve per style (parallel, sequential)
- * and metric, at the latest step of `benchmark` that has budget points; each curve starts at
- * N = 0 with the plain evaluation of that step when there is one. Null when there are none.
+ * and metric, at `step` (default: the latest step of `benchmark` that has budget points); each
+ * curve starts at N = 0 with the plain evaluation of that step when there is one. Null when
+ * that step has none.
  */
-export function budgetCurves(series: readonly EvalLike[], benchmark: string): BudgetCurves | null {
-  const valueAt = (s: EvalLike, step: number): number | null => {
-    for (let i = s.steps.length - 1; i >= 0; i--) if (s.steps[i] === step) return s.values[i] ?? null;
-    return null;
-  };
+export function budgetCurves(series: readonly EvalLike[], benchmark: string, at?: number): BudgetCurves | null {
   const points = series.filter((s) => s.benchmark === benchmark && isBudgetCategory(s.category));
-  const step = Math.max(-Infinity, ...points.flatMap((s) => s.steps));
+  const step = at ?? Math.max(-Infinity, ...points.flatMap((s) => s.steps));
   if (!Number.isFinite(step)) return null;
-  const byKey = new Map<string, Map<number, number | null>>();
+  const byKey = new Map<string, Map<number, [number | null, number | null]>>();
   for (const s of points) {
     const match = CURVE_CATEGORY.exec(s.category);
     if (!match || !s.steps.includes(step) || isErrorMetric(s.metric)) continue;
     const key = `${match[1]}/${s.metric}`;
-    const curve = byKey.get(key) ?? new Map<number, number | null>();
-    curve.set(Number(match[2]), valueAt(s, step));
+    const curve = byKey.get(key) ?? new Map<number, [number | null, number | null]>();
+    const se = series.find((e) => e.benchmark === benchmark && e.category === s.category && e.metric === `${s.metric}_se`);
+    curve.set(Number(match[2]), [valueAt(s, step), valueAt(se, step)]);
     byKey.set(key, curve);
   }
-  const curves: Series[] = [];
+  if (byKey.size === 0) return null;
+  const curves: SeSeries[] = [];
   for (const key of [...byKey.keys()].sort()) {
-    const curve = byKey.get(key) ?? new Map<number, number | null>();
+    const curve = byKey.get(key) ?? new Map<number, [number | null, number | null]>();
     const metric = key.slice(key.indexOf("/") + 1);
-    const plain = series.find((s) => s.benchmark === benchmark && s.category === "all" && s.metric === metric);
-    const zero = plain ? valueAt(plain, step) : null;
-    if (zero !== null) curve.set(0, zero);
+    const find = (m: string) => series.find((s) => s.benchmark === benchmark && s.category === "all" && s.metric === m);
+    const zero = valueAt(find(metric), step);
+    if (zero !== null) curve.set(0, [zero, valueAt(find(`${metric}_se`), step)]);
     const ns = [...curve.keys()].sort((a, b) => a - b);
-    curves.push({ key, steps: ns, values: ns.map((n) => curve.get(n) ?? null) });
+    const out: SeSeries = { key, steps: ns, values: ns.map((n) => curve.get(n)?.[0] ?? null) };
+    const se = ns.map((n) => curve.get(n)?.[1] ?? null);
+    if (se.some((v) => v !== null)) out.se = se;
+    curves.push(out);
   }
   return { step, curves };
+}
+
+/** `pass@k` metrics: k from the name. */
+const PASS_AT = /^pass@(\d+)$/;
+
+/**
+ * The pass@k curve (k on the x axis) of `benchmark`'s `category` at `step`, with the stored
+ * standard errors (`pass@k_se`) as `se`; null when that step has no pass@k.
+ */
+export function passAtK(series: readonly EvalLike[], benchmark: string, step: number, category = "all"): SeSeries | null {
+  const points: [number, number | null, number | null][] = [];
+  for (const s of series) {
+    const match = PASS_AT.exec(s.metric);
+    if (s.benchmark !== benchmark || s.category !== category || !match || !s.steps.includes(step)) continue;
+    const se = series.find((e) => e.benchmark === benchmark && e.category === category && e.metric === `${s.metric}_se`);
+    points.push([Number(match[1]), valueAt(s, step), valueAt(se, step)]);
+  }
+  if (points.length === 0) return null;
+  points.sort((a, b) => a[0] - b[0]);
+  const out: SeSeries = { key: `${category}/pass@k`, steps: points.map((p) => p[0]), values: points.map((p) => p[1]) };
+  if (points.some((p) => p[2] !== null)) out.se = points.map((p) => p[2]);
+  return out;
+}
+
+/** The steps of `benchmark` evaluated with pass@k or rehearsal-budget points, ascending. */
+export function curveSteps(series: readonly EvalLike[], benchmark: string): number[] {
+  const steps = new Set<number>();
+  for (const s of series) {
+    if (s.benchmark !== benchmark || isErrorMetric(s.metric)) continue;
+    if (isBudgetCategory(s.category) || PASS_AT.test(s.metric)) for (const step of s.steps) steps.add(step);
+  }
+  return [...steps].sort((a, b) => a - b);
+}
+
+/** One benchmark metric over steps, with its stored standard errors as `se` when there are any. */
+export function evalCurve(series: readonly EvalLike[], benchmark: string, category: string, metric: string): SeSeries | null {
+  const s = series.find((e) => e.benchmark === benchmark && e.category === category && e.metric === metric);
+  if (!s) return null;
+  const out: SeSeries = { key: `${category}/${metric}`, steps: [...s.steps], values: [...s.values] };
+  const se = series.find((e) => e.benchmark === benchmark && e.category === category && e.metric === `${metric}_se`);
+  if (se) out.se = s.steps.map((step) => valueAt(se, step));
+  return out;
+}
+
+/** A series whose values carry their own standard errors (`<metric>_se`), one per step. */
+export interface SeSeries extends Series {
+  se?: (number | null)[];
+}
+
+/** A series with a band around it: `lower` and `upper` bounds, one per step (null: none there). */
+export interface BandedSeries extends Series {
+  lower?: (number | null)[];
+  upper?: (number | null)[];
+}
+
+/**
+ * The band around a mean over seeds: ± one sample standard deviation, or ± one standard error
+ * of the mean (sd / √n).
+ */
+export type BandKind = "sd" | "se";
+
+/**
+ * The mean of `members` (one metric of the runs of an arm) at every step any of them has,
+ * with a band of ± one sample standard deviation (`sd`) or ± one standard error of the mean
+ * (`se`: sd / √n) over the n members with a value at that step. Where only one member has a
+ * value, its own stored standard error (`se` of the member, e.g. `score_se` over tasks) is
+ * the band, so a single run is drawn ± its standard error; else there is no band there. Each
+ * point's time is the mean of the members' times at that step.
+ */
+export function meanBand(key: string, members: readonly SeSeries[], kind: BandKind): BandedSeries {
+  const steps = [...new Set(members.flatMap((m) => m.steps))].sort((a, b) => a - b);
+  const at = members.map((m) => new Map(m.steps.map((step, i) => [step, i])));
+  const values: (number | null)[] = [];
+  const lower: (number | null)[] = [];
+  const upper: (number | null)[] = [];
+  const times: number[] = [];
+  for (const step of steps) {
+    const vals: number[] = [];
+    let own: number | null = null;
+    let timeSum = 0;
+    let timeN = 0;
+    members.forEach((m, j) => {
+      const i = at[j].get(step);
+      if (i === undefined) return;
+      const t = m.times?.[i];
+      if (t !== undefined && Number.isFinite(t)) {
+        timeSum += t;
+        timeN++;
+      }
+      const v = m.values[i];
+      if (v === null || v === undefined || !Number.isFinite(v)) return;
+      vals.push(v);
+      own = m.se?.[i] ?? null;
+    });
+    times.push(timeN > 0 ? timeSum / timeN : Number.NaN);
+    const n = vals.length;
+    if (n === 0) {
+      values.push(null);
+      lower.push(null);
+      upper.push(null);
+      continue;
+    }
+    const mean = vals.reduce((a, b) => a + b, 0) / n;
+    let half: number | null = null;
+    if (n >= 2) {
+      const sd = Math.sqrt(vals.reduce((a, v) => a + (v - mean) * (v - mean), 0) / (n - 1));
+      half = kind === "sd" ? sd : sd / Math.sqrt(n);
+    } else if (own !== null && Number.isFinite(own)) {
+      half = Math.abs(own);
+    }
+    values.push(mean);
+    lower.push(half === null ? null : mean - half);
+    upper.push(half === null ? null : mean + half);
+  }
+  const out: BandedSeries = { key, steps, values };
+  if (times.some(Number.isFinite)) out.times = times;
+  if (lower.some((v) => v !== null)) {
+    out.lower = lower;
+    out.upper = upper;
+  }
+  return out;
+}
+
+/** A run as the compare view groups it (the host's `RunInfo`). */
+export interface RunLike {
+  id: number;
+  name: string;
+  /** The smallest id of the runs whose configs differ from its own only in seed and name. */
+  arm: number;
+  setup: { seed: string } | null;
+}
+
+/** Runs drawn as one mean (with a band) in the compare view. */
+export interface Arm {
+  /** Its smallest run id. */
+  id: number;
+  /** `run 3 · name` for one run, `name × 3 seeds (runs 1, 2, 3)` for several. */
+  label: string;
+  /** Its runs, ascending. */
+  runs: number[];
+  /** Their seeds, in the same order (`?` where a config did not parse). */
+  seeds: string[];
+}
+
+/**
+ * The arms of the `ticked` runs: with `group`, runs that differ only in seed (the same `arm`)
+ * make one arm; without, every run is its own. Arms come in order of their smallest run id.
+ */
+export function seedArms(runs: readonly RunLike[], ticked: readonly number[], group: boolean): Arm[] {
+  const byId = new Map(runs.map((r) => [r.id, r]));
+  const arms = new Map<number, RunLike[]>();
+  for (const id of ticked) {
+    const run = byId.get(id);
+    if (!run) continue;
+    const key = group ? run.arm : run.id;
+    const members = arms.get(key) ?? [];
+    if (!members.some((m) => m.id === id)) members.push(run);
+    arms.set(key, members);
+  }
+  return [...arms.values()]
+    .map((members) => {
+      members.sort((a, b) => a.id - b.id);
+      const ids = members.map((m) => m.id);
+      const names = [...new Set(members.map((m) => m.name))].join(" / ");
+      return {
+        id: ids[0],
+        label: members.length === 1 ? `run ${ids[0]} · ${members[0].name}` : `${names} × ${members.length} seeds (runs ${ids.join(", ")})`,
+        runs: ids,
+        seeds: members.map((m) => m.setup?.seed ?? "?"),
+      };
+    })
+    .sort((a, b) => a.id - b.id);
+}
+
+/** When the drift alarm fires (see `driftAlarm`). */
+export interface DriftRule {
+  /** Steps (with data) each figure is averaged over. */
+  window: number;
+  /** The real environment's error rate below which the error-rate half never fires. */
+  minRealErrorRate: number;
+  /** "Well below": the rehearsed error rate is at most this share of the real one. */
+  errorRatio: number;
+  /** How much further the rehearsed reward must have pulled ahead of the real score than at the first evaluation. */
+  rewardGap: number;
+}
+
+/** The studio's drift rule. */
+export const DRIFT_RULE: DriftRule = { window: 3, minRealErrorRate: 0.1, errorRatio: 0.5, rewardGap: 0.2 };
+
+/** One half of the drift alarm. */
+export interface DriftHalf {
+  /** Whether it fires at its latest point. */
+  on: boolean;
+  /** First step of the latest period it fired in; null when it never fired. */
+  since: number | null;
+  /** Last step of that period once it has ended; null while it goes on (or never fired). */
+  until: number | null;
+  /** The step of its latest point. */
+  step: number;
+  /** At that point: the rehearsed figure (error rate, reward) and the real one (error rate, score). */
+  rehearsed: number;
+  real: number;
+  /** Steps the rehearsed figure at that point is the mean of (up to the rule's window). */
+  averaged: number;
+  /** For the reward half: the gap at the first evaluation, which later gaps are measured from. */
+  baseline?: number;
+}
+
+/** The drift alarm of a run: on when either half fires at its latest point. */
+export interface DriftAlarm {
+  on: boolean;
+  /** The step the alarm started: the earliest `since` of the halves that are on. */
+  since: number | null;
+  /** The error-rate half; null without `drift/*` error rates (no call was replayed). */
+  errorRate: DriftHalf | null;
+  /** The reward half; null when not asked for or without rewards and held-out scores. */
+  reward: DriftHalf | null;
+}
+
+/** The pairs `(step, a, b)` of the steps where both series have a finite value, ascending. */
+function pairs(a: Series | undefined, b: Series | undefined): [number, number, number][] {
+  if (!a || !b) return [];
+  const bAt = new Map<number, number>();
+  b.steps.forEach((step, i) => {
+    const v = b.values[i];
+    if (v !== null && Number.isFinite(v)) bAt.set(step, v);
+  });
+  const out: [number, number, number][] = [];
+  a.steps.forEach((step, i) => {
+    const v = a.values[i];
+    const w = bAt.get(step);
+    if (v !== null && Number.isFinite(v) && w !== undefined) out.push([step, v, w]);
+  });
+  return out.sort((x, y) => x[0] - y[0]);
+}
+
+/** A point of a half: step, rehearsed figure, real figure, whether it fires, steps averaged. */
+type DriftPoint = [number, number, number, boolean, number];
+
+/** A half from its points; null without points. */
+function half(points: readonly DriftPoint[], baseline?: number): DriftHalf | null {
+  if (points.length === 0) return null;
+  let since: number | null = null;
+  let until: number | null = null;
+  for (let i = 0; i < points.length; i++) {
+    const [step, , , fires] = points[i];
+    if (fires && (i === 0 || !points[i - 1][3])) {
+      since = step;
+      until = null;
+    }
+    if (!fires && i > 0 && points[i - 1][3]) until = points[i - 1][0];
+  }
+  const [step, rehearsed, real, on, averaged] = points[points.length - 1];
+  const out: DriftHalf = { on, since, until, step, rehearsed, real, averaged };
+  if (baseline !== undefined) out.baseline = baseline;
+  return out;
+}
+
+/**
+ * The drift alarm of a run's metrics, on either of two signals, each a mean over the last
+ * `rule.window` steps with data:
+ *
+ * - error rate: the share of rehearsed calls answered with an error by the simulator
+ *   (`drift/rehearsed_error_rate`) falls to `rule.errorRatio` of the real environment's share
+ *   on the same calls (`drift/real_error_rate`) or below, while the real share is at least
+ *   `rule.minRealErrorRate`: the rehearsed world has become too easy;
+ * - reward (when `rewardHalf`: runs whose rewards an LLM judge gives in a rehearsed world, as
+ *   with the rule judge every reward is judged against real facts): at each held-out
+ *   evaluation (`eval/generated_test/score`, acted on the real environment), the rehearsed
+ *   training reward (`rl/reward`) leads that score by `rule.rewardGap` more than it did at the
+ *   run's first evaluation.
+ *
+ * The error-rate half fires only on whole windows (its figures before are means over the
+ * steps so far). Each half reports the first step of its latest firing period, and whether it
+ * still fires.
+ */
+export function driftAlarm(store: { get(key: string): Series | undefined }, rewardHalf: boolean, rule: DriftRule = DRIFT_RULE): DriftAlarm {
+  const w = Math.max(1, Math.floor(rule.window));
+  const mean = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const rates = pairs(store.get("drift/rehearsed_error_rate"), store.get("drift/real_error_rate"));
+  const errorPoints: DriftPoint[] = [];
+  for (let i = 0; i < rates.length; i++) {
+    // Before a whole window the figures are means over the steps so far, and never fire.
+    const last = rates.slice(Math.max(0, i + 1 - w), i + 1);
+    const rehearsed = mean(last.map((p) => p[1]));
+    const real = mean(last.map((p) => p[2]));
+    errorPoints.push([rates[i][0], rehearsed, real, last.length === w && real >= rule.minRealErrorRate && rehearsed <= rule.errorRatio * real, last.length]);
+  }
+  const errorRate = half(errorPoints);
+  let reward: DriftHalf | null = null;
+  if (rewardHalf) {
+    const rewards = store.get("rl/reward");
+    const scores = store.get("eval/generated_test/score");
+    const rewardAt: [number, number][] = [];
+    rewards?.steps.forEach((step, i) => {
+      const v = rewards.values[i];
+      if (v !== null && Number.isFinite(v)) rewardAt.push([step, v]);
+    });
+    rewardAt.sort((a, b) => a[0] - b[0]);
+    const points: DriftPoint[] = [];
+    let baseline: number | undefined;
+    scores?.steps.forEach((step, i) => {
+      const score = scores.values[i];
+      const recent = rewardAt.filter((p) => p[0] <= step).slice(-w);
+      if (score === null || !Number.isFinite(score) || recent.length === 0) return;
+      const rehearsed = mean(recent.map((p) => p[1]));
+      const gap = rehearsed - score;
+      baseline ??= gap;
+      points.push([step, rehearsed, score, gap - baseline >= rule.rewardGap, recent.length]);
+    });
+    points.sort((a, b) => a[0] - b[0]);
+    reward = half(points, baseline);
+  }
+  const on = [errorRate, reward].filter((h): h is DriftHalf => h !== null && h.on);
+  return {
+    on: on.length > 0,
+    since: on.length > 0 ? Math.min(...on.map((h) => h.since ?? h.step)) : null,
+    errorRate,
+    reward,
+  };
 }
 
 /** Per-tool fidelity over steps, as the heatmap draws it. */

@@ -1,5 +1,5 @@
 // Unit tests of the SVG chart export: round-number ticks, XML escaping, and a document that
-// draws each series inside the plot area with its legend.
+// draws each series inside the plot area with its legend, bands and a marked step.
 import { describe, expect, it } from "vitest";
 import { chartSvg, escapeXml, niceTicks } from "./chartSvg";
 
@@ -59,5 +59,27 @@ describe("chartSvg", () => {
       else if (!rest.endsWith("/")) stack.push(name);
     }
     expect(stack).toEqual([]);
+  });
+
+  it("shades a band between its edges and marks a step, leaving the edges out of the legend", () => {
+    const svg = chartSvg({
+      ...chart,
+      labels: ["mean"],
+      colors: ["#1f6f5c"],
+      dashed: [false],
+      data: [
+        [0, 1, 2, 3],
+        [0.5, 0.5, 0.5, 0.5],
+        [0, 0, null, 0.25],
+        [1, 1, null, 0.75],
+      ],
+      bands: [{ lower: 2, upper: 3, color: "#1f6f5c" }],
+      marker: 1,
+    });
+    // Points 0 and 1 make one polygon (upper edge out, lower edge back); the lone point 3 none.
+    expect(svg).toContain('<path class="band" d="M64 32L164 32L164 232L64 232Z" fill="#1f6f5c"');
+    expect(svg.match(/class="band"/g)?.length).toBe(1);
+    expect(svg).toContain('<line class="marker" x1="164" x2="164" y1="32" y2="232"');
+    expect(svg.match(/<text x="30"/g)?.length).toBe(1);
   });
 });

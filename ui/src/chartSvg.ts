@@ -11,7 +11,14 @@ export interface SvgChart {
   labels: string[];
   colors: string[];
   dashed: boolean[];
-  /** `[xs, ys1, ys2, …]`, as the panel shows it (already decimated). */
+  /**
+   * Shaded bands: the data rows (indices into `data`) of each band's lower and upper edge,
+   * and the colour of the series it surrounds.
+   */
+  bands?: { lower: number; upper: number; color: string }[];
+  /** An x value marked by a dashed vertical line, or null. */
+  marker?: number | null;
+  /** `[xs, ys1, ys2, …]`, as the panel shows it (already decimated); band edges follow the series. */
   data: Aligned;
   /** The x and y ranges shown. */
   x: [number, number];
@@ -80,6 +87,32 @@ export function chartSvg(chart: SvgChart): string {
   out.push(`<rect x="${left}" y="${top}" width="${plotW}" height="${plotH}" fill="none" stroke="${INK}" stroke-width="0.8"/>`);
   out.push(`<text x="${left + plotW / 2}" y="${top + plotH + 34}" ${FONT} font-size="12" fill="${INK}" text-anchor="middle">${escapeXml(chart.xLabel)}</text>`);
   const xs = chart.data[0];
+  for (const band of chart.bands ?? []) {
+    const lo = (chart.data[band.lower] ?? []) as (number | null)[];
+    const hi = (chart.data[band.upper] ?? []) as (number | null)[];
+    // One polygon per run of points where both edges have values: along the upper edge,
+    // back along the lower one.
+    let run: number[] = [];
+    const flush = () => {
+      if (run.length > 1) {
+        const top = run.map((j, k) => `${k === 0 ? "M" : "L"}${px(sx(xs[j]))} ${px(sy(hi[j] as number))}`);
+        const bottom = [...run].reverse().map((j) => `L${px(sx(xs[j]))} ${px(sy(lo[j] as number))}`);
+        out.push(`<path class="band" d="${top.join("")}${bottom.join("")}Z" fill="${band.color}" fill-opacity="0.18" stroke="none" clip-path="url(#plot-area)"/>`);
+      }
+      run = [];
+    };
+    for (let j = 0; j < xs.length; j++) {
+      const a = lo[j];
+      const b = hi[j];
+      if (a === null || b === null || a === undefined || b === undefined || !Number.isFinite(a) || !Number.isFinite(b) || !Number.isFinite(xs[j])) flush();
+      else run.push(j);
+    }
+    flush();
+  }
+  if (chart.marker !== null && chart.marker !== undefined && chart.marker >= x0 && chart.marker <= x1) {
+    const x = px(sx(chart.marker));
+    out.push(`<line class="marker" x1="${x}" x2="${x}" y1="${top}" y2="${top + plotH}" stroke="#b42318" stroke-width="1.5" stroke-dasharray="5 4"/>`);
+  }
   chart.labels.forEach((label, i) => {
     const ys = (chart.data[i + 1] ?? []) as (number | null)[];
     const color = chart.colors[i] ?? INK;

@@ -1,4 +1,5 @@
-// A chart panel on uPlot: several series over steps or wall time, EMA smoothing, values under
+// A chart panel on uPlot: several series over steps or wall time, each with an optional band
+// around it (mean ± sd or standard error), an optional marked step, EMA smoothing, values under
 // the cursor in the legend, drag to zoom (double-click or "Reset" to zoom out) with the zoomed
 // range re-decimated from the full data, and PNG or SVG export through the host's save dialog.
 
@@ -6,7 +7,7 @@ import "./locale";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { commands } from "./bindings";
-import { STEP_INCRS, TIME_INCRS, align, decimate, ema, flatRange, formatDuration, onAxis, type Aligned, type Series, type XAxis } from "./chartData";
+import { STEP_INCRS, TIME_INCRS, align, decimate, ema, flatRange, formatDuration, onAxis, type Aligned, type BandedSeries, type Series, type XAxis } from "./chartData";
 import { chartSvg } from "./chartSvg";
 import { h } from "./dom";
 
@@ -25,13 +26,29 @@ const PALETTE = ["#1f6f5c", "#c2410c", "#2563eb", "#9333ea", "#b45309", "#0f766e
 /** Points per series handed to uPlot at most: about two per pixel column. */
 const BUCKETS = 1000;
 
+/** A palette colour with an alpha, for band fills. */
+function translucent(color: string, alpha: string): string {
+  return `${color}${alpha}`;
+}
+
+/** A band drawn around series `of`: its lower and upper edges, as indices into the panel's data rows. */
+interface BandIndex {
+  of: number;
+  lower: number;
+  upper: number;
+}
+
 export class ChartPanel {
   readonly element: HTMLElement;
   private readonly body = h("div", { class: "chart-body" });
   private readonly note = h("div", { class: "chart-note" });
   private plot: uPlot | null = null;
   private labels: string[] = [];
-  private series: Series[] = [];
+  private series: BandedSeries[] = [];
+  /** The bands of the series drawn, as indices into the data rows (after the series). */
+  private bands: BandIndex[] = [];
+  /** A step marked by a vertical line (e.g. where an alarm started), or null. */
+  private marker: number | null = null;
   private smoothing = 0;
   private raw: Aligned = [[]];
   private zoom: [number, number] | null = null;
@@ -85,14 +102,32 @@ export class ChartPanel {
     return this.xAxis === "time" ? formatDuration(v) : String(v);
   }
 
-  /** Replaces the series drawn, labelled by `labels` (default: their keys). */
-  setSeries(series: Series[], labels?: string[]): void {
+  /**
+   * Replaces the series drawn, labelled by `labels` (default: their keys). A series with
+   * `lower` and `upper` bounds is drawn with a shaded band between them; the legend shows its
+   * value as `mean ± half-width`.
+   */
+  setSeries(series: BandedSeries[], labels?: string[]): void {
     this.series = series;
     const next = labels ?? series.map((s) => s.key);
-    const changed = next.length !== this.labels.length || next.some((l, i) => l !== this.labels[i]);
+    const bands: BandIndex[] = [];
+    series.forEach((s, i) => {
+      if (s.lower && s.upper) bands.push({ of: i, lower: series.length + 2 * bands.length, upper: series.length + 2 * bands.length + 1 });
+    });
+    const changed =
+      next.length !== this.labels.length || next.some((l, i) => l !== this.labels[i]) || bands.length !== this.bands.length || bands.some((b, i) => b.of !== this.bands[i].of);
     this.labels = next;
+    this.bands = bands;
+    this.element.dataset.bands = String(bands.length);
     if (changed) this.destroy();
     this.render();
+  }
+
+  /** Marks step `x` with a vertical line (null: none), e.g. where an alarm started. */
+  setMarker(x: number | null): void {
+    this.marker = x;
+    this.element.dataset.marker = x === null ? "" : String(x);
+    this.plot?.redraw(false);
   }
 
   /** Sets the EMA weight (0 = raw values). */
@@ -123,6 +158,16 @@ export class ChartPanel {
       return;
     }
     this.note.textContent = "";
+    // Band edges travel as extra rows after the series, through the same axis, smoothing,
+    // alignment and decimation.
+    const edges: Series[] = this.bands.flatMap((b) => {
+      const s = this.series[b.of];
+      return [
+        { key: `${s.key} lower`, steps: s.steps, values: s.lower ?? [], times: s.times },
+        { key: `${s.key} upper`, steps: s.steps, values: s.upper ?? [], times: s.times },
+      ];
+    });
+    if (edges.length > 0) drawn.push(...onAxis(edges, this.xAxis));
     const smoothed = drawn.map((s) => ({ ...s, values: ema(s.values, this.smoothing) }));
     this.raw = align(smoothed);
     const shown = this.zoom ? decimate(this.raw, BUCKETS, this.zoom[0], this.zoom[1]) : decimate(this.raw, BUCKETS);
@@ -138,6 +183,17 @@ export class ChartPanel {
 
   private size(): { width: number; height: number } {
     return { width: Math.max(280, this.body.clientWidth || 420), height: 220 };
+  }
+
+  /** The legend's value of series `i` at data row `idx`: with its band, `mean ± half-width`. */
+  private legendValue(u: uPlot, i: number, v: number | null, idx: number | null): string {
+    if (v === null || v === undefined) return "–";
+    const text = Number(v.toPrecision(4)).toString();
+    const band = this.bands.find((b) => b.of === i);
+    if (!band || idx === null) return text;
+    const upper = u.data[band.upper + 1]?.[idx];
+    if (upper === null || upper === undefined) return text;
+    return `${text} ± ${Number(Math.abs(upper - v).toPrecision(2))}`;
   }
 
   private create(data: Aligned): void {
@@ -164,9 +220,19 @@ export class ChartPanel {
           dash: i % 2 === 1 ? [6, 4] : undefined,
           spanGaps: true,
           points: { show: (u: uPlot) => (u.data[0]?.length ?? 0) < 60 },
-          value: (_u: uPlot, v: number | null) => (v === null || v === undefined ? "–" : Number(v.toPrecision(4)).toString()),
+          value: (u: uPlot, v: number | null, _s: number, idx: number | null) => this.legendValue(u, i, v, idx),
         })),
+        ...this.bands.flatMap((b) =>
+          (["lower", "upper"] as const).map((edge) => ({
+            label: `${this.labels[b.of]} (${edge})`,
+            stroke: translucent(PALETTE[b.of % PALETTE.length], "55"),
+            width: 0.5,
+            spanGaps: false,
+            points: { show: false },
+          })),
+        ),
       ],
+      bands: this.bands.map((b) => ({ series: [b.upper + 1, b.lower + 1] as [number, number], fill: translucent(PALETTE[b.of % PALETTE.length], "2e") })),
       axes: [
         this.xAxis === "time"
           ? { label: this.axisLabel(), size: 36, incrs: TIME_INCRS, values: (_u: uPlot, splits: number[]) => splits.map((v) => formatDuration(v)) }
@@ -179,6 +245,7 @@ export class ChartPanel {
       },
       legend: { live: true },
       hooks: {
+        draw: [(u: uPlot) => panel.drawMarker(u)],
         setScale: [
           (u: uPlot, key: string) => {
             if (key !== "x" || panel.settingData) return;
@@ -192,6 +259,26 @@ export class ChartPanel {
     };
     this.plot = new uPlot(options, data as uPlot.AlignedData, this.body);
     this.plot.over.addEventListener("dblclick", () => this.resetZoom());
+    // Band edges stay out of the legend: the band's series shows `mean ± half-width`.
+    const rows = this.plot.root.querySelectorAll(".u-legend .u-series");
+    for (let i = this.labels.length + 1; i < rows.length; i++) rows[i].classList.add("u-band-edge");
+  }
+
+  /** Draws the marked step as a dashed vertical line across the plot. */
+  private drawMarker(u: uPlot): void {
+    if (this.marker === null || this.xAxis !== "step") return;
+    const x = u.valToPos(this.marker, "x", true);
+    if (!Number.isFinite(x) || x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = "#b42318";
+    ctx.lineWidth = 1.5 * devicePixelRatio;
+    ctx.setLineDash([5 * devicePixelRatio, 4 * devicePixelRatio]);
+    ctx.beginPath();
+    ctx.moveTo(x, u.bbox.top);
+    ctx.lineTo(x, u.bbox.top + u.bbox.height);
+    ctx.stroke();
+    ctx.restore();
   }
 
   /** Shows steps `[min, max]`, re-decimated from the full data. */
@@ -274,6 +361,8 @@ export class ChartPanel {
       labels: this.labels,
       colors: this.labels.map((_, i) => PALETTE[i % PALETTE.length]),
       dashed: this.labels.map((_, i) => i % 2 === 1),
+      bands: this.bands.map((b) => ({ lower: b.lower + 1, upper: b.upper + 1, color: PALETTE[b.of % PALETTE.length] })),
+      marker: this.xAxis === "step" ? this.marker : null,
       data: plot.data as unknown as Aligned,
       x: [x0, x1],
       y: [y0, y1],

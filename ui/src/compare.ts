@@ -1,8 +1,28 @@
 // Run comparison: pick runs, overlay one metric's curves, a table of each run's final metric
-// values, and the config diff between two runs (the same diff view as the editor's).
+// values, and the config diff between two runs (the same diff view as the editor's). Runs that
+// differ only in seed (the host groups them into arms by their configs) are drawn per arm as
+// the mean with a band (± sd or ± standard error over the seeds) — for metrics, benchmark
+// values over steps, and pass@k and rehearsal-budget curves at a chosen checkpoint.
 
-import { commands, type RunInfo, type StudioError } from "./bindings";
-import { SeriesStore, formatValue, lastValue, type Series } from "./chartData";
+import { commands, type EvalSeries, type RunInfo, type StudioError } from "./bindings";
+import {
+  SeriesStore,
+  benchmarks,
+  budgetCurves,
+  curveSteps,
+  evalCurve,
+  formatValue,
+  isBudgetCategory,
+  isErrorMetric,
+  lastValue,
+  meanBand,
+  passAtK,
+  seedArms,
+  type Arm,
+  type BandKind,
+  type BandedSeries,
+  type SeSeries,
+} from "./chartData";
 import { ChartPanel, xAxisSelect } from "./charts";
 import { renderDiff } from "./diffView";
 import { h } from "./dom";
@@ -10,13 +30,40 @@ import { h } from "./dom";
 interface Loaded {
   run: RunInfo;
   store: SeriesStore;
+  evals: EvalSeries[];
+}
+
+/** The curves of one arm: the mean of its runs' `curves`, or the one run's curve as it is. */
+function armCurve(key: string, curves: SeSeries[], kind: BandKind): BandedSeries | null {
+  if (curves.length === 0) return null;
+  return meanBand(key, curves, kind);
 }
 
 export class CompareView {
   private readonly runList = h("div", { id: "compare-runs", class: "compare-runs" });
   private readonly metricSelect = h("select", { id: "compare-metric", "aria-label": "Metric" });
   private readonly xAxis = xAxisSelect("compare-xaxis", (axis) => this.chart.setXAxis(axis));
-  private readonly chart = new ChartPanel("compare", "Metric by run", (what, detail) => this.showError({ what, detail, file: null, field: null }));
+  private readonly groupBox = h("input", { id: "compare-group", type: "checkbox", checked: true });
+  private readonly bandSelect = h(
+    "select",
+    { id: "compare-band", "aria-label": "Band" },
+    h("option", { value: "sd" }, "± sd"),
+    h("option", { value: "se" }, "± standard error"),
+  );
+  private readonly onError = (what: string, detail: string) => this.showError({ what, detail, file: null, field: null });
+  private readonly chart = new ChartPanel("compare", "Metric by arm", this.onError);
+  private readonly evalSelect = h("select", { id: "compare-eval", "aria-label": "Benchmark value" });
+  private readonly benchChart = new ChartPanel("compare-bench", "Benchmark by arm", this.onError);
+  private readonly stepSelect = h("select", { id: "compare-step", "aria-label": "Checkpoint" });
+  private readonly budgetMetric = h(
+    "select",
+    { id: "compare-budget-metric", "aria-label": "Budget metric" },
+    h("option", { value: "score" }, "score"),
+    h("option", { value: "success" }, "success"),
+  );
+  private readonly passChart = new ChartPanel("compare-passk", "pass@k at the checkpoint", this.onError, "k");
+  private readonly budgetChart = new ChartPanel("compare-budget", "Score vs imagined attempts at the checkpoint", this.onError, "N");
+  private readonly arms = h("div", { id: "compare-arms", class: "chart-note" });
   private readonly table = h("table", { id: "compare-table", class: "data-table" });
   private readonly leftSelect = h("select", { id: "compare-left", "aria-label": "Left run" });
   private readonly rightSelect = h("select", { id: "compare-right", "aria-label": "Right run" });
@@ -27,12 +74,27 @@ export class CompareView {
 
   constructor(root: HTMLElement) {
     this.metricSelect.addEventListener("change", () => this.drawChart());
+    this.groupBox.addEventListener("change", () => this.drawAll());
+    this.bandSelect.addEventListener("change", () => this.drawAll());
+    this.evalSelect.addEventListener("change", () => {
+      this.fillSteps();
+      this.drawBenchmarks();
+    });
+    this.stepSelect.addEventListener("change", () => this.drawCurves());
+    this.budgetMetric.addEventListener("change", () => this.drawCurves());
     root.replaceChildren(
       this.message,
       h(
         "div",
         { class: "compare-body" },
-        h("div", { class: "compare-side" }, h("h3", {}, "Runs"), this.runList, h("button", { id: "compare-button", class: "primary", onclick: () => void this.compare() }, "Compare")),
+        h(
+          "div",
+          { class: "compare-side" },
+          h("h3", {}, "Runs"),
+          h("p", { class: "help" }, "Runs that differ only in seed are listed together as one arm."),
+          this.runList,
+          h("button", { id: "compare-button", class: "primary", onclick: () => void this.compare() }, "Compare"),
+        ),
         h(
           "div",
           { class: "compare-main" },
@@ -41,8 +103,26 @@ export class CompareView {
             { class: "toolbar" },
             h("label", {}, "Metric ", this.metricSelect),
             h("label", { title: "Overlay the runs over training steps or over wall time since each run's first step" }, "X axis ", this.xAxis),
+            h("label", { title: "Draw runs that differ only in seed as one arm: their mean with a band" }, this.groupBox, " Group seeds"),
+            h("label", { title: "The band around an arm's mean: one standard deviation over its seeds, or one standard error of the mean (sd / √n)" }, "Band ", this.bandSelect),
           ),
+          this.arms,
           this.chart.element,
+          h("h3", {}, "Benchmarks"),
+          h(
+            "div",
+            { class: "toolbar" },
+            h("label", {}, "Value ", this.evalSelect),
+            h("label", { title: "The evaluated step whose pass@k and rehearsal-budget curves are drawn" }, "Checkpoint ", this.stepSelect),
+            h("label", {}, "Budget metric ", this.budgetMetric),
+          ),
+          this.benchChart.element,
+          h("div", { class: "compare-curves" }, this.passChart.element, this.budgetChart.element),
+          h(
+            "div",
+            { class: "chart-note", id: "compare-curves-note" },
+            "pass@k comes with [eval].n_trials > 1, the rehearsal-budget curve (N = 0 is the plain evaluation) with [rehearsal].budget_curve, evaluated after the last step. An arm of one run is drawn ± its own standard error over tasks where one was stored.",
+          ),
           h("h3", {}, "Final values"),
           h("div", { class: "table-scroll" }, this.table),
           h("h3", {}, "Config diff"),
@@ -60,21 +140,36 @@ export class CompareView {
     );
   }
 
-  /** Refreshes the run list, keeping the runs ticked. */
+  /** Refreshes the run list, keeping the runs ticked; runs of one arm are listed together. */
   async show(): Promise<void> {
     const result = await commands.listRuns();
     if (result.status === "error") return this.showError(result.error);
     const ticked = new Set(this.ticked());
     this.runs = result.data;
+    const pick = (run: RunInfo, inArm: boolean) =>
+      h(
+        "label",
+        { class: inArm ? "run-pick in-arm" : "run-pick" },
+        h("input", { type: "checkbox", class: "run-box", value: run.id, "data-arm": run.arm, checked: ticked.has(run.id) }),
+        ` ${run.id} · ${run.name} (${run.status}, step ${run.last_step ?? "–"}${inArm && run.setup ? `, seed ${run.setup.seed}` : ""})`,
+      );
+    const armsInOrder = [...new Set(this.runs.map((r) => r.arm))];
     this.runList.replaceChildren(
-      ...this.runs.map((run) =>
-        h(
-          "label",
-          { class: "run-pick" },
-          h("input", { type: "checkbox", value: run.id, checked: ticked.has(run.id) }),
-          ` ${run.id} · ${run.name} (${run.status}, step ${run.last_step ?? "–"})`,
-        ),
-      ),
+      ...armsInOrder.map((arm) => {
+        const members = this.runs.filter((r) => r.arm === arm);
+        if (members.length === 1) return pick(members[0], false);
+        const toggle = h("input", { type: "checkbox", class: "arm-box", "data-arm": arm, checked: members.every((m) => ticked.has(m.id)) });
+        toggle.addEventListener("change", () => {
+          for (const box of this.runList.querySelectorAll<HTMLInputElement>(`input.run-box[data-arm="${arm}"]`)) box.checked = toggle.checked;
+        });
+        const names = [...new Set(members.map((m) => m.name))].join(" / ");
+        return h(
+          "div",
+          { class: "arm-group", "data-arm": arm },
+          h("label", { class: "arm-pick", title: "These runs differ only in seed" }, toggle, ` ${names} × ${members.length} seeds`),
+          ...members.map((m) => pick(m, true)),
+        );
+      }),
     );
     const options = () => this.runs.map((run) => h("option", { value: run.id }, `${run.id} · ${run.name}`));
     const [left, right] = [this.leftSelect.value, this.rightSelect.value];
@@ -87,26 +182,42 @@ export class CompareView {
   }
 
   private ticked(): number[] {
-    return [...this.runList.querySelectorAll<HTMLInputElement>("input[type=checkbox]")].filter((c) => c.checked).map((c) => Number(c.value));
+    return [...this.runList.querySelectorAll<HTMLInputElement>("input.run-box")].filter((c) => c.checked).map((c) => Number(c.value));
   }
 
-  /** Loads the ticked runs' metrics, then draws the chart and the table. */
+  private bandKind(): BandKind {
+    return this.bandSelect.value === "se" ? "se" : "sd";
+  }
+
+  /** The arms of the loaded runs, as the "Group seeds" box asks. */
+  private currentArms(): Arm[] {
+    return seedArms(
+      [...this.loaded.values()].map((l) => l.run),
+      [...this.loaded.keys()],
+      this.groupBox.checked,
+    );
+  }
+
+  /** Loads the ticked runs' metrics and benchmark results, then draws the charts and the table. */
   private async compare(): Promise<void> {
     const ids = this.ticked();
     if (ids.length === 0) return this.showError({ what: "Nothing to compare", detail: "tick one or more runs", file: null, field: null });
     this.message.replaceChildren();
     this.loaded = new Map();
     for (const id of ids) {
-      const result = await commands.runMetrics(id);
-      if (result.status === "error") return this.showError(result.error);
+      const [metrics, evals] = await Promise.all([commands.runMetrics(id), commands.runEvals(id)]);
+      if (metrics.status === "error") return this.showError(metrics.error);
+      if (evals.status === "error") return this.showError(evals.error);
       const run = this.runs.find((r) => r.id === id);
-      if (run) this.loaded.set(id, { run, store: new SeriesStore(result.data.series) });
+      if (run) this.loaded.set(id, { run, store: new SeriesStore(metrics.data.series), evals: evals.data.series });
     }
     const keys = [...new Set([...this.loaded.values()].flatMap((l) => l.store.keys()))].sort();
     const previous = this.metricSelect.value;
     this.metricSelect.replaceChildren(...keys.map((k) => h("option", { value: k }, k)));
     this.metricSelect.value = keys.includes(previous) ? previous : keys.includes("sft/loss") ? "sft/loss" : (keys[0] ?? "");
-    this.drawChart();
+    this.fillEvalValues();
+    this.fillSteps();
+    this.drawAll();
     this.drawTable(keys);
     if (ids.length >= 2) {
       this.leftSelect.value = String(ids[1]);
@@ -114,17 +225,111 @@ export class CompareView {
     }
   }
 
+  private allEvals(): EvalSeries[] {
+    return [...this.loaded.values()].flatMap((l) => l.evals);
+  }
+
+  /** The benchmark values to pick from: every benchmark, category and metric over steps. */
+  private fillEvalValues(): void {
+    const seen = new Map<string, string>();
+    for (const s of this.allEvals()) {
+      if (isErrorMetric(s.metric) || isBudgetCategory(s.category)) continue;
+      seen.set(JSON.stringify([s.benchmark, s.category, s.metric]), `${s.benchmark} · ${s.category}/${s.metric}`);
+    }
+    const values = [...seen.keys()].sort((a, b) => (seen.get(a) ?? "").localeCompare(seen.get(b) ?? ""));
+    const previous = this.evalSelect.value;
+    this.evalSelect.replaceChildren(...values.map((v) => h("option", { value: v }, seen.get(v) ?? v)));
+    const fallback = values.find((v) => v === JSON.stringify(["generated_test", "all", "score"])) ?? values[0] ?? "";
+    this.evalSelect.value = values.includes(previous) ? previous : fallback;
+  }
+
+  /** The picked benchmark value: `[benchmark, category, metric]`, or null. */
+  private evalValue(): [string, string, string] | null {
+    if (!this.evalSelect.value) return null;
+    const parsed = JSON.parse(this.evalSelect.value) as [string, string, string];
+    return parsed;
+  }
+
+  /** The checkpoints with pass@k or budget points of the picked benchmark; the latest by default. */
+  private fillSteps(): void {
+    const benchmark = this.evalValue()?.[0] ?? benchmarks(this.allEvals())[0] ?? "";
+    const steps = [...new Set([...this.loaded.values()].flatMap((l) => curveSteps(l.evals, benchmark)))].sort((a, b) => a - b);
+    const previous = this.stepSelect.value;
+    this.stepSelect.replaceChildren(...steps.map((s) => h("option", { value: s }, String(s))));
+    const last = steps.length > 0 ? String(steps[steps.length - 1]) : "";
+    this.stepSelect.value = steps.map(String).includes(previous) ? previous : last;
+  }
+
+  private drawAll(): void {
+    const arms = this.currentArms();
+    this.arms.textContent =
+      arms.length === 0
+        ? ""
+        : `${arms.length} arm${arms.length === 1 ? "" : "s"}: ${arms.map((a) => (a.runs.length > 1 ? `${a.label}, seeds ${a.seeds.join(", ")}` : a.label)).join("; ")}. Band: ${this.bandKind() === "sd" ? "± one standard deviation over the seeds" : "± one standard error of the mean over the seeds (sd / √n)"}.`;
+    this.drawChart();
+    this.drawBenchmarks();
+  }
+
   private drawChart(): void {
     const key = this.metricSelect.value;
-    const series: Series[] = [];
+    const series: BandedSeries[] = [];
     const labels: string[] = [];
-    for (const { run, store } of this.loaded.values()) {
-      const s = store.get(key);
-      if (!s) continue;
-      series.push(s);
-      labels.push(`run ${run.id} · ${run.name}`);
+    for (const arm of this.currentArms()) {
+      const members = arm.runs.flatMap((id) => this.loaded.get(id)?.store.get(key) ?? []);
+      if (members.length === 0) continue;
+      series.push(members.length === 1 ? members[0] : meanBand(key, members, this.bandKind()));
+      labels.push(arm.label);
     }
     this.chart.setSeries(series, labels);
+  }
+
+  private drawBenchmarks(): void {
+    const value = this.evalValue();
+    const series: BandedSeries[] = [];
+    const labels: string[] = [];
+    if (value) {
+      const [benchmark, category, metric] = value;
+      for (const arm of this.currentArms()) {
+        const members = arm.runs.flatMap((id) => evalCurve(this.loaded.get(id)?.evals ?? [], benchmark, category, metric) ?? []);
+        const curve = armCurve(`${category}/${metric}`, members, this.bandKind());
+        if (!curve) continue;
+        series.push(curve);
+        labels.push(arm.label);
+      }
+    }
+    this.benchChart.setSeries(series, labels);
+    this.drawCurves();
+  }
+
+  /** pass@k against k and score against the rehearsal budget N, per arm, at the picked checkpoint. */
+  private drawCurves(): void {
+    const benchmark = this.evalValue()?.[0] ?? "";
+    const step = this.stepSelect.value === "" ? null : Number(this.stepSelect.value);
+    const pass: BandedSeries[] = [];
+    const passLabels: string[] = [];
+    const budget: BandedSeries[] = [];
+    const budgetLabels: string[] = [];
+    if (step !== null) {
+      const metric = this.budgetMetric.value;
+      for (const arm of this.currentArms()) {
+        const evals = arm.runs.map((id) => this.loaded.get(id)?.evals ?? []);
+        const curve = armCurve("pass@k", evals.flatMap((e) => passAtK(e, benchmark, step) ?? []), this.bandKind());
+        if (curve) {
+          pass.push(curve);
+          passLabels.push(arm.label);
+        }
+        const perRun = evals.map((e) => budgetCurves(e, benchmark, step)?.curves ?? []);
+        for (const style of ["parallel", "sequential"]) {
+          const key = `${style}/${metric}`;
+          const styleCurve = armCurve(key, perRun.flatMap((curves) => curves.filter((c) => c.key === key)), this.bandKind());
+          if (!styleCurve) continue;
+          budget.push(styleCurve);
+          budgetLabels.push(`${arm.label} · ${style}`);
+        }
+      }
+    }
+    this.passChart.setSeries(pass, passLabels);
+    this.budgetChart.setSeries(budget, budgetLabels);
   }
 
   private drawTable(keys: string[]): void {

@@ -1,13 +1,15 @@
 // The training view: Start / Pause / Resume / Stop for the editor's experiment, a live status
-// bar (phase, step, tokens/s, ETA), a log panel, the training charts, the benchmark scores and
-// the per-tool fidelity heatmap. It is driven by the host's `training-event` events; the store
-// is read only to load a run's history, and its benchmark results after each RL step event.
+// bar (phase, step, tokens/s, ETA), a log panel, the drift alarm, the training charts, the
+// benchmark scores and the per-tool fidelity heatmap. It is driven by the host's
+// `training-event` events; the store is read only to load a run's history and settings, and
+// its benchmark results after each evaluation event.
 
 import { commands, events, type StudioError, type TrainingEvent } from "./bindings";
 import { BenchmarkPanel, FidelityHeatmap } from "./benchmarks";
 import { CHARTS, SeriesStore, formatDuration, formatValue, keysFor } from "./chartData";
 import { ChartPanel, xAxisSelect } from "./charts";
 import { h } from "./dom";
+import { DriftPanel } from "./drift";
 
 type JobState = "idle" | "starting" | "running" | "pausing" | "paused" | "stopping";
 
@@ -27,6 +29,7 @@ export class TrainingView {
   private redrawQueued = false;
   private readonly benchmarks = new BenchmarkPanel((error) => this.showError(error));
   private readonly heatmap = new FidelityHeatmap();
+  private readonly drift = new DriftPanel((error) => this.showError(error));
 
   private readonly startButton = h("button", { id: "train-start", class: "primary", onclick: () => void this.start() }, "Start");
   private readonly pauseButton = h("button", { id: "train-pause", onclick: () => void this.command("pausing", commands.pauseTraining()) }, "Pause");
@@ -88,7 +91,9 @@ export class TrainingView {
         h(
           "div",
           { class: "train-main" },
-          h("div", { class: "chart-grid", id: "train-charts" }, ...this.charts.map((c) => c.element)),
+          this.drift.element,
+          // The drift chart follows the reward chart.
+          h("div", { class: "chart-grid", id: "train-charts" }, ...this.charts.flatMap((c, i) => (i === 0 ? [c.element, this.drift.chartElement] : [c.element]))),
           this.benchmarks.element,
           this.heatmap.element,
         ),
@@ -114,7 +119,15 @@ export class TrainingView {
     this.store = new SeriesStore(result.data.series);
     this.runLabel.textContent = `run ${run} · ${result.data.name}${run === this.liveRun ? " (training)" : ""}`;
     this.redraw();
-    await this.benchmarks.load(run);
+    await Promise.all([this.benchmarks.load(run), this.loadSetup(run)]);
+  }
+
+  /** Reads the settings of `run` the drift alarm depends on (its judge and tool answers). */
+  private async loadSetup(run: number): Promise<void> {
+    const runs = await commands.listRuns();
+    if (runs.status === "error") return this.showError(runs.error);
+    if (this.shownRun !== run) return;
+    this.drift.setSetup(runs.data.find((r) => r.id === run)?.setup ?? null);
   }
 
   private async start(): Promise<void> {
@@ -131,8 +144,10 @@ export class TrainingView {
       this.shownRun = result.data;
       this.store = new SeriesStore();
       this.benchmarks.clear();
+      this.drift.setSetup(null);
       this.redraw();
     }
+    void this.loadSetup(result.data);
     this.runLabel.textContent = `run ${result.data}`;
     this.log.textContent = "";
   }
@@ -255,6 +270,7 @@ export class TrainingView {
       this.charts[i].setSeries(series);
     });
     this.heatmap.update(this.store);
+    this.drift.update(this.store);
   }
 
   private showError(error: StudioError): void {

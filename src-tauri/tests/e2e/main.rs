@@ -2,6 +2,7 @@
 //! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
+mod analysis;
 mod close;
 mod endpoints;
 mod launch;

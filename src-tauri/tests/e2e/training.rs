@@ -372,7 +372,7 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     s.click("#compare-button").unwrap();
     s.wait_for(
         "two curves",
-        "return document.querySelectorAll('#chart-compare .u-series').length === 3 && Number(document.getElementById('chart-compare').dataset.points) >= 2",
+        "return document.querySelectorAll('#chart-compare .u-series:not(.u-band-edge)').length === 3 && Number(document.getElementById('chart-compare').dataset.points) >= 2",
         Duration::from_secs(20),
     )
     .unwrap();
@@ -462,7 +462,7 @@ fn train_watch_live_view_episodes_and_compare_runs() {
     s.wait_for(
         "the rehearsal-budget curves",
         "return Number(document.getElementById('chart-budget').dataset.points) >= 8 \
-             && document.querySelectorAll('#chart-budget .u-series').length === 5",
+             && document.querySelectorAll('#chart-budget .u-series:not(.u-band-edge)').length === 5",
         Duration::from_secs(60),
     )
     .unwrap();

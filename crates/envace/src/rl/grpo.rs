@@ -114,6 +114,56 @@ pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<(TrainItem, f6
         .collect()
 }
 
+/// One rollout of a GRPO group as the studio shows it: its reward and the advantage each role
+/// got (the mean over that role's samples; `None` for a role without samples, or masked).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupMember {
+    /// Index of the episode in its step.
+    pub episode_idx: usize,
+    /// Its score (`None` when masked).
+    pub reward: Option<f64>,
+    /// The advantage of its act sample.
+    pub act_advantage: Option<f64>,
+    /// The mean advantage of its rehearse samples.
+    pub rehearse_advantage: Option<f64>,
+}
+
+/// The members of group `group` among a step's `episodes`, with the advantages the step's
+/// loss gave each role under `rl` (the same computation as training).
+pub fn group_members(episodes: &[EpisodeRecord], group: &str, rl: &RlConfig) -> Vec<GroupMember> {
+    let members: Vec<&EpisodeRecord> = episodes.iter().filter(|e| e.group == group).collect();
+    let mut rows = Vec::new();
+    let mut owners = Vec::new();
+    for episode in &members {
+        let Some(reward) = episode.reward.filter(|_| !episode.masked()) else {
+            continue;
+        };
+        for sample in &episode.samples {
+            rows.push((episode.group.as_str(), sample.role, reward));
+            owners.push((episode.episode_idx, sample.role));
+        }
+    }
+    let values = advantages(&rows, rl.advantage_baseline, rl.divide_by_std);
+    let mean_of = |episode_idx: usize, role: Role| -> Option<f64> {
+        let picked: Vec<f64> = owners
+            .iter()
+            .zip(&values)
+            .filter(|((idx, r), _)| *idx == episode_idx && *r == role)
+            .map(|(_, v)| *v)
+            .collect();
+        (!picked.is_empty()).then(|| picked.iter().sum::<f64>() / picked.len() as f64)
+    };
+    members
+        .iter()
+        .map(|episode| GroupMember {
+            episode_idx: episode.episode_idx,
+            reward: episode.reward,
+            act_advantage: mean_of(episode.episode_idx, Role::Act),
+            rehearse_advantage: mean_of(episode.episode_idx, Role::Rehearse),
+        })
+        .collect()
+}
+
 /// Per-role sums of a micro-batch, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RoleSums {
@@ -607,6 +657,30 @@ pub fn train(
             .flat_map(|e| e.fidelity_calls())
             .filter_map(|(_, c)| Some((c.name.as_deref().unwrap_or("(malformed call)"), c.scores?)))
             .collect();
+        // Drift: how often the rehearsed world answers with an error against how often the
+        // real one does for the same calls (a simulator that stops erring has become too easy).
+        let replayed: Vec<(bool, bool)> = episodes
+            .iter()
+            .flat_map(|e| e.fidelity_calls())
+            .filter_map(|(_, c)| {
+                let real = c.real.as_ref()?;
+                Some((
+                    crate::rehearse::error_code(&c.response).is_some(),
+                    crate::rehearse::error_code(real).is_some(),
+                ))
+            })
+            .collect();
+        if !replayed.is_empty() {
+            let n = replayed.len() as f64;
+            metrics.insert(
+                "drift/rehearsed_error_rate".to_owned(),
+                replayed.iter().filter(|(r, _)| *r).count() as f64 / n,
+            );
+            metrics.insert(
+                "drift/real_error_rate".to_owned(),
+                replayed.iter().filter(|(_, r)| *r).count() as f64 / n,
+            );
+        }
         if !pairs.is_empty() {
             let (all, by_tool) = fidelity::aggregate_by_tool(pairs.iter().map(|(t, s)| (*t, s)));
             for (name, value) in all.named() {
@@ -740,6 +814,47 @@ mod tests {
             true,
             &[0.4 / s, 0.4 / s, 0.4 / s, -0.6 / s, -0.6 / s, 0.0, 0.0],
         );
+    }
+
+    /// An episode of group `a` with one act sample and `n_rehearse` rehearse samples.
+    fn member(episode_idx: usize, reward: f64, n_rehearse: usize) -> EpisodeRecord {
+        let sample = |role| crate::rollout::Sample {
+            role,
+            tokens: Vec::new(),
+            labels: Vec::new(),
+            logprobs: Vec::new(),
+            windows: Vec::new(),
+            call: None,
+        };
+        let mut samples = vec![sample(Role::Act)];
+        samples.extend((0..n_rehearse).map(|_| sample(Role::Rehearse)));
+        EpisodeRecord {
+            episode_idx,
+            task_id: "a".to_owned(),
+            group: "a".to_owned(),
+            mode: "rehearse".to_owned(),
+            messages: Vec::new(),
+            turns: Vec::new(),
+            samples,
+            end: crate::rollout::EndReason::FinalAnswer,
+            reward: Some(reward),
+            mask_reason: None,
+            judge: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn group_members_carry_the_advantages_training_used() {
+        // The table above as episodes: rewards 1 (two calls) and 0 (one call).
+        let episodes = [member(0, 1.0, 2), member(1, 0.0, 1)];
+        let members = group_members(&episodes, "a", &RlConfig::default());
+        assert_eq!(members.len(), 2);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        assert!(close(members[0].act_advantage, 0.5));
+        assert!(close(members[0].rehearse_advantage, 1.0 / 3.0));
+        assert!(close(members[1].act_advantage, -0.5));
+        assert!(close(members[1].rehearse_advantage, -2.0 / 3.0));
+        assert_eq!(members[1].reward, Some(0.0));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use std::time::Instant;
 use crate::config::Role;
 use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
+use crate::eval::heldout::episode_specs;
 use crate::eval::rehearsal::{AttemptSummary, memory_text};
 use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
 use crate::rollout::{
@@ -50,17 +51,7 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
     let mut cache = ResponseCache::new(session.cache.capacity());
     let mut items = Vec::new();
     for chunk in tasks.chunks(64) {
-        let specs = chunk
-            .iter()
-            .map(|task| {
-                Ok(EpisodeSpec {
-                    task: task.clone(),
-                    env: tasks::fresh_env(task.domain, &session.sources)?,
-                    group: task.id.clone(),
-                    memory: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let specs = episode_specs(session, chunk, 1)?;
         let envs = chunk
             .iter()
             .map(|task| tasks::fresh_env(task.domain, &session.sources))
@@ -300,17 +291,7 @@ fn memory_items(
         }
     }
     for chunk in mistake_tasks.chunks(64) {
-        let batch = chunk
-            .iter()
-            .map(|task| {
-                Ok(EpisodeSpec {
-                    task: task.clone(),
-                    env: tasks::fresh_env(task.domain, &session.sources)?,
-                    group: task.id.clone(),
-                    memory: None,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let batch = episode_specs(session, chunk, 1)?;
         // Only the wrong call's response is learnt; the few-shot cache is not extended by it.
         let mut scratch = cache.clone();
         for episode in run(chunk, batch, &mut scratch)? {

@@ -587,55 +587,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
             };
             (Call::new(op, vec![("text", json!(word))]), q, vec![word])
         }
-        _ => {
-            let date_of = |r: &mut Rng| format_date(days_from_civil(2020, 1, 1) + r.range(0, 3000));
-            let start = split_value(split, rng, date_of);
-            let op = *rng.pick(&["days_between", "add_days", "day_of_week"])?;
-            match op {
-                "days_between" => {
-                    let end = split_value(split, rng, date_of);
-                    (
-                        Call::new(
-                            "days_between",
-                            vec![("start_date", json!(start)), ("end_date", json!(end))],
-                        ),
-                        pick(
-                            rng,
-                            &[
-                                "the number of days from {s} to {e}",
-                                "how many days lie between {s} and {e}",
-                            ],
-                            &[("s", start.clone()), ("e", end.clone())],
-                        ),
-                        vec![start, end],
-                    )
-                }
-                "add_days" => {
-                    let days = rng.range(1, 400);
-                    (
-                        Call::new(
-                            "add_days",
-                            vec![("date", json!(start)), ("days", json!(days))],
-                        ),
-                        pick(
-                            rng,
-                            &["the date {n} days after {s}", "{s} plus {n} days"],
-                            &[("s", start.clone()), ("n", days.to_string())],
-                        ),
-                        vec![start],
-                    )
-                }
-                _ => (
-                    Call::new("day_of_week", vec![("date", json!(start))]),
-                    pick(
-                        rng,
-                        &["the weekday of {s}", "which day of the week {s} was"],
-                        &[("s", start.clone())],
-                    ),
-                    vec![start],
-                ),
-            }
-        }
+        _ => date_item(split, rng, |date, _| date.to_owned())?,
     };
     let result = env_result(&call)?;
     Some(Item {
@@ -702,14 +654,25 @@ fn named_units_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
 /// A date question whose request writes the dates in words ("March 5, 2023"): the call must
 /// use ISO dates, and a call with the words gets the tool's real error.
 fn named_dates_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
+    let (call, question, values) = date_item(split, rng, date_in_words)?;
+    finish_item(call, question, values)
+}
+
+/// A date question (days between, days after, weekday): the call takes ISO dates, and the
+/// request shows each date as `shown` writes it.
+fn date_item(
+    split: TaskSplit,
+    rng: &mut Rng,
+    shown: fn(&str, &mut Rng) -> String,
+) -> Option<(Call, String, Vec<String>)> {
     let date_of = |r: &mut Rng| format_date(days_from_civil(2020, 1, 1) + r.range(0, 3000));
     let start = split_value(split, rng, date_of);
-    let start_words = date_in_words(&start, rng);
+    let start_text = shown(&start, rng);
     let op = *rng.pick(&["days_between", "add_days", "day_of_week"])?;
-    let (call, question, values) = match op {
+    Some(match op {
         "days_between" => {
             let end = split_value(split, rng, date_of);
-            let end_words = date_in_words(&end, rng);
+            let end_text = shown(&end, rng);
             (
                 Call::new(
                     "days_between",
@@ -721,7 +684,7 @@ fn named_dates_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                         "the number of days from {s} to {e}",
                         "how many days lie between {s} and {e}",
                     ],
-                    &[("s", start_words), ("e", end_words)],
+                    &[("s", start_text), ("e", end_text)],
                 ),
                 vec![start, end],
             )
@@ -736,7 +699,7 @@ fn named_dates_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                 pick(
                     rng,
                     &["the date {n} days after {s}", "{s} plus {n} days"],
-                    &[("s", start_words), ("n", days.to_string())],
+                    &[("s", start_text), ("n", days.to_string())],
                 ),
                 vec![start],
             )
@@ -746,12 +709,11 @@ fn named_dates_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
             pick(
                 rng,
                 &["the weekday of {s}", "which day of the week {s} was"],
-                &[("s", start_words)],
+                &[("s", start_text)],
             ),
             vec![start],
         ),
-    };
-    finish_item(call, question, values)
+    })
 }
 
 /// A result as the answer states it: strings unquoted, numbers as the tool shows them.

@@ -664,6 +664,25 @@ pub fn digest(tasks: &[GenTask]) -> String {
         .collect()
 }
 
+/// The entries of a family table `(name, lowest difficulty, planner)` a task is drawn from:
+/// those named in `families`, else those allowed at `difficulty`.
+pub(crate) fn allowed_families<'a, T>(
+    table: &'a [(&'static str, u32, T)],
+    difficulty: u32,
+    families: &[String],
+) -> Vec<&'a (&'static str, u32, T)> {
+    table
+        .iter()
+        .filter(|(name, lowest, _)| {
+            if families.is_empty() {
+                *lowest <= difficulty
+            } else {
+                families.iter().any(|f| f == name)
+            }
+        })
+        .collect()
+}
+
 /// Fills a template: each `{name}` is replaced by its slot value.
 pub(crate) fn fill(template: &str, slots: &[(&str, String)]) -> String {
     let mut out = template.to_owned();

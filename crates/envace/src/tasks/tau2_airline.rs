@@ -85,16 +85,7 @@ pub(crate) fn plan(
     families: &[String],
     rng: &mut Rng,
 ) -> Result<Plan> {
-    let allowed: Vec<&(&str, u32, Family)> = FAMILIES
-        .iter()
-        .filter(|(name, d, _)| {
-            if families.is_empty() {
-                *d <= difficulty
-            } else {
-                families.iter().any(|f| f == name)
-            }
-        })
-        .collect();
+    let allowed = super::allowed_families(&FAMILIES, difficulty, families);
     for _ in 0..500 {
         let Some((_, _, family)) = rng.pick(&allowed) else {
             break;

@@ -425,11 +425,13 @@ fn split_value<T: ToString>(
     }
 }
 
-/// One planned call with its question, the fact of its answer and the data values it uses.
+/// One planned call with its question, the sentence that answers it, the result that sentence
+/// states (the fact a final answer must mention) and the data values it uses.
 struct Item {
     call: Call,
     question: String,
     answer_text: String,
+    result_text: String,
     values: Vec<String>,
 }
 
@@ -445,10 +447,6 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
         5 => return named_dates_item(split, rng),
         _ => {}
     }
-    let env_result = |call: &Call| -> Option<Value> {
-        let args = call.arguments.as_object()?;
-        run(&call.name, args).ok()?.get("result").cloned()
-    };
     let (call, question, values) = match kind {
         0 => {
             let a = split_value(split, rng, |r| r.range(2, 999));
@@ -589,23 +587,19 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
         }
         _ => date_item(split, rng, |date, _| date.to_owned())?,
     };
-    let result = env_result(&call)?;
-    Some(Item {
-        call,
-        answer_text: format!("{question} is {}", shown_plain(&result)),
-        question,
-        values,
-    })
+    finish_item(call, question, values)
 }
 
-/// The answer fact of a call: its question and the environment's result.
+/// The item of a call: the environment's result, the sentence stating it and the fact.
 fn finish_item(call: Call, question: String, values: Vec<String>) -> Option<Item> {
     let args = call.arguments.as_object()?;
     let result = run(&call.name, args).ok()?.get("result").cloned()?;
+    let result_text = shown_plain(&result);
     Some(Item {
         call,
-        answer_text: format!("{question} is {}", shown_plain(&result)),
+        answer_text: format!("{question} is {result_text}"),
         question,
+        result_text,
         values,
     })
 }
@@ -868,9 +862,10 @@ fn plan_of(
     };
     let facts: Vec<Fact> = items
         .iter()
+        // The answer must state each result; how it words the question is its own affair.
         .map(|i| Fact {
             what: i.question.clone(),
-            text: i.answer_text.clone(),
+            text: i.result_text.clone(),
         })
         .collect();
     let answer = format!(

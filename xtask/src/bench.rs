@@ -2,7 +2,7 @@
 //! run, printed as one JSON object (the last line of stdout) and written to
 //! `target/bench/model.json`.
 //!
-//! Our side is the `model_bench` example in release (`envace::model::bench`). The peers run in
+//! Our side is the `model_bench` example in release (`envace::bench`). The peers run in
 //! a Python virtual environment this command creates once under `target/bench/venv`, with
 //! pinned `torch` (PyPI's CUDA build, run on the CPU) and `llama-cpp-python` (built from
 //! source as a plain CPU build, about ten minutes here). Benchmarks only: neither CI nor

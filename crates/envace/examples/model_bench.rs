@@ -1,4 +1,4 @@
-//! Prints the policy layer's throughput figures as JSON (see `envace::model::bench`): tiny
+//! Prints the policy layer's throughput figures as JSON (see `envace::bench`): tiny
 //! Qwen3 training tokens/s, its single-stream and batch-16 decoding, and SmolLM2-135M decoding
 //! in Q4_1 and dequantized f32.
 //!
@@ -11,7 +11,7 @@
 //! RL rollouts do, at 1) instead of greedy, and `--train-steps N` sets the timed training steps.
 
 use candle_core::{DType, Device};
-use envace::model::bench::{self, BenchOptions};
+use envace::bench::{self, BenchOptions};
 use envace::model::{Gguf, Policy, Sampling};
 
 /// mimalloc instead of glibc malloc: candle allocates and frees many tensor buffers per step,

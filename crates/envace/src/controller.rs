@@ -11,93 +11,19 @@
 //! and marks the run running, so the replay writes those steps again exactly once. A resume
 //! that fails before that leaves the store as it was.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
-use serde::Serialize;
 
 use crate::config::{ExperimentConfig, TaskSplit};
 use crate::error::{Error, Result};
 use crate::rl::session::{Phase, Session, load_sources, task_pool};
 use crate::rl::{grpo, sft};
+pub use crate::rl::hooks::{Event, Flow, Hooks, NoHooks};
 use crate::store::{RunId, RunStatus, RunWriter, Store};
 use crate::tasks::GenTask;
-
-/// What the worker reports.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Event {
-    /// The job's run exists in the store.
-    Started {
-        /// The run.
-        run: i64,
-        /// Whether it continues from a checkpoint.
-        resumed: bool,
-    },
-    /// A phase begins.
-    Phase {
-        /// `sft` or `rl`.
-        phase: String,
-        /// First step of the phase (over the whole job).
-        first_step: u32,
-        /// Steps in the phase.
-        n_steps: u32,
-    },
-    /// A step finished.
-    Step {
-        /// `sft` or `rl`.
-        phase: String,
-        /// The step (over the whole job).
-        step: u32,
-        /// Total steps of the job.
-        total_steps: u32,
-        /// The step's metrics.
-        metrics: BTreeMap<String, f64>,
-        /// Trained tokens per second in this step.
-        tokens_per_sec: f64,
-        /// Estimated seconds to the end of the job.
-        eta_secs: f64,
-    },
-    /// A log line.
-    Log {
-        /// `info`, `warn` or `error`.
-        level: String,
-        /// The line.
-        message: String,
-    },
-    /// A held-out evaluation finished (its rows are in the store's `eval_results`).
-    Eval {
-        /// The step it evaluates the policy after (over the whole job).
-        step: u32,
-        /// The benchmark, e.g. `generated_test`.
-        benchmark: String,
-        /// Tasks evaluated.
-        n_tasks: usize,
-        /// Its figures, e.g. `score` and `success`.
-        metrics: BTreeMap<String, f64>,
-    },
-    /// A checkpoint was written.
-    Checkpoint {
-        /// Last completed step.
-        step: u32,
-        /// Its folder.
-        path: String,
-    },
-    /// The worker is paused.
-    Paused,
-    /// The worker resumed.
-    Resumed,
-    /// The job ended.
-    Finished {
-        /// `finished`, `stopped` or `failed`.
-        status: String,
-        /// For failures, the error.
-        message: Option<String>,
-    },
-}
 
 /// A command to the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,34 +34,6 @@ pub enum Command {
     Resume,
     /// Checkpoint and end.
     Stop,
-}
-
-/// What a training loop should do after polling for commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    /// Go on with the next step.
-    Continue,
-    /// Checkpoint and return.
-    Stop,
-}
-
-/// The training loops' link to the controller: commands in, events out.
-pub trait Hooks {
-    /// Handles waiting commands (blocking while paused); says whether to go on.
-    fn poll(&mut self) -> Flow;
-    /// Reports an event.
-    fn emit(&mut self, event: Event);
-}
-
-/// Hooks for running a loop without a controller (tests, tools): never stops, drops events.
-#[derive(Debug, Default)]
-pub struct NoHooks;
-
-impl Hooks for NoHooks {
-    fn poll(&mut self) -> Flow {
-        Flow::Continue
-    }
-    fn emit(&mut self, _event: Event) {}
 }
 
 struct ChannelHooks {
@@ -384,7 +282,7 @@ pub fn rehearsal_curve(
     let mut session = Session::resume(config.clone(), run, writer, sources)?;
     let test_tasks = held_out_tasks(config, &session.sources)?;
     let step = session.next_step;
-    crate::eval::rehearsal::budget_curve(&mut session, &test_tasks, step, hooks)?;
+    crate::rl::evaluation::budget_curve(&mut session, &test_tasks, step, hooks)?;
     session.writer.flush()?;
     Ok(step)
 }
@@ -468,7 +366,7 @@ fn run_session(
         }
         if !config.rehearsal.budget_curve.is_empty() && !test_tasks.is_empty() {
             let last_step = session.next_step;
-            if crate::eval::rehearsal::budget_curve(session, &test_tasks, last_step, hooks)?
+            if crate::rl::evaluation::budget_curve(session, &test_tasks, last_step, hooks)?
                 == Flow::Stop
             {
                 return Ok(JobOutcome::Stopped);

@@ -4,6 +4,7 @@
 //! Data flows one way: config → controller → rollouts and training → run store; see
 //! `ARCHITECTURE.md` for the map. Modules land here as their issues bring real content.
 
+pub mod bench;
 pub mod chat;
 pub mod config;
 pub mod controller;
@@ -19,6 +20,7 @@ pub mod model;
 pub mod openai;
 pub mod rehearse;
 pub mod rl;
+pub mod rng;
 pub mod rollout;
 pub mod runtime;
 pub mod serve;

@@ -1467,12 +1467,8 @@ fn fresh_u64() -> u64 {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut z = nanos.wrapping_add(
-        (COUNTER.fetch_add(1, Ordering::Relaxed) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    );
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    let counter = COUNTER.fetch_add(1, Ordering::Relaxed) as u64;
+    crate::rng::Rng::new(nanos.wrapping_add(counter.wrapping_mul(0x9e37_79b9_7f4a_7c15))).next_u64()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-// The invariant of the `parse_tool_calls` fuzz target, shared with `tests/chat.rs` (which
+// The invariant of the `parse_tool_calls` fuzz target, shared with `tests/engine/chat.rs` (which
 // includes this file) so that the stable test suite compiles it and runs the seed corpus.
 
 /// Parses `data` as an assistant turn and checks what any parse must satisfy.

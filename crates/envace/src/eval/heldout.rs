@@ -1,7 +1,7 @@
 //! Held-out evaluation on generated test tasks: greedy success and mean score with standard
 //! errors, the same per task family, and sampled pass@k over `[eval].n_trials` attempts at the
-//! rollout temperature; the rollouts it shares with training (step settings, sampling) live
-//! here too.
+//! rollout temperature; the rollouts it shares with training (step settings, sampling)
+//! are `eval::episodes`.
 //!
 //! A standard error is the sample standard deviation of the per-task values over √n (0 for a
 //! single task). pass@k per task is the unbiased estimator `1 − C(n−c, k) / C(n, k)` from `c`
@@ -10,15 +10,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{RehearsalMode, RlConfig};
+use crate::config::RehearsalMode;
 use crate::error::Result;
-use crate::model::Sampling;
-use crate::rl::session::Session;
-use crate::rollout::{
-    EpisodeRecord, EpisodeSpec, PolicyGenerator, ResponseMode, RolloutSettings, run_batch,
+use super::episodes::{
+    PolicyJob, committed_episodes, episodes_of, rollout_sampling, step_settings,
 };
-use crate::store::{Batch, EvalRow, now_secs};
-use crate::tasks::{self, GenTask};
+use crate::rollout::{EpisodeRecord, ResponseMode};
+use crate::tasks::GenTask;
 
 /// The benchmark name of held-out generated tasks in `eval_results`.
 pub const BENCHMARK: &str = "generated_test";
@@ -193,119 +191,20 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
     1.0 - fail
 }
 
-/// The rollout settings of step `step`: the experiment's, with a seed derived from the step.
-pub fn step_settings(session: &Session, step: u32) -> RolloutSettings {
-    let mut settings = RolloutSettings::from_config(&session.config);
-    settings.seed = session
-        .config
-        .run
-        .seed
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(u64::from(step) + 1);
-    settings
-}
-
-/// How RL rollouts sample: `[rl].temperature` and `top_p`, the seed from the requests.
-pub fn rollout_sampling(rl: &RlConfig) -> Sampling {
-    Sampling {
-        temperature: rl.temperature,
-        top_p: rl.top_p,
-        top_k: 0,
-        seed: 0,
-    }
-}
-
-/// One episode spec per task and copy (task-major), each on a fresh environment, grouped by
-/// task id.
-pub fn episode_specs(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    group_size: usize,
-) -> Result<Vec<EpisodeSpec>> {
-    let mut specs = Vec::with_capacity(tasks.len() * group_size);
-    for task in tasks {
-        for _ in 0..group_size {
-            specs.push(EpisodeSpec {
-                task: task.clone(),
-                env: tasks::fresh_env(task.domain, &session.sources)?,
-                group: task.id.clone(),
-                memory: None,
-            });
-        }
-    }
-    Ok(specs)
-}
-
-/// `copies` episodes of each task (task-major, 32 episodes per batch at most), each with its
-/// task's memory when `memories` is given (one per task); few-shot examples come from a copy
-/// of the session's cache, which the episodes do not change.
-pub fn episodes_of(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    copies: usize,
-    settings: &RolloutSettings,
-    sampling: Sampling,
-    memories: Option<&[String]>,
-) -> Result<Vec<EpisodeRecord>> {
-    let copies = copies.max(1);
-    let mut generator = PolicyGenerator {
-        policy: session.policy.clone(),
-        sampling,
-        max_batch: 32,
-    };
-    let tasks_per_batch = (16 / copies).max(1);
-    let mut episodes = Vec::with_capacity(tasks.len() * copies);
-    for (chunk_idx, chunk) in tasks.chunks(tasks_per_batch).enumerate() {
-        let mut specs = episode_specs(session, chunk, copies)?;
-        if let Some(memories) = memories {
-            for (offset, spec) in specs.iter_mut().enumerate() {
-                spec.memory = memories
-                    .get(chunk_idx * tasks_per_batch + offset / copies)
-                    .cloned();
-            }
-        }
-        let mut cache = session.cache.clone();
-        episodes.extend(run_batch(
-            specs,
-            settings,
-            &session.codec,
-            &mut generator,
-            None,
-            session.judge.as_ref(),
-            &mut cache,
-        )?);
-    }
-    Ok(episodes)
-}
-
-/// The committed (greedy, real-environment) attempts at `tasks`, each with its rehearsal
-/// memory when `memories` is given (one per task).
-pub fn committed_episodes(
-    session: &Session,
-    tasks: &[Arc<GenTask>],
-    step: u32,
-    memories: Option<&[String]>,
-) -> Result<Vec<EpisodeRecord>> {
-    let mut settings = step_settings(session, step);
-    settings.mode = ResponseMode::Real;
-    settings.fidelity = false;
-    episodes_of(session, tasks, 1, &settings, Sampling::greedy(), memories)
-}
-
 /// The greedy episodes of a held-out evaluation (real environment), in task order. With
 /// `[rehearsal].mode` on, each committed attempt follows the policy's private rehearsal of the
 /// task (`eval::rehearsal`).
 pub fn evaluation_episodes(
-    session: &Session,
+    job: &dyn PolicyJob,
     tasks: &[Arc<GenTask>],
     step: u32,
 ) -> Result<Vec<EpisodeRecord>> {
-    let rehearsal = &session.config.rehearsal;
+    let rehearsal = &job.config().rehearsal;
     match rehearsal.mode {
-        RehearsalMode::Off => committed_episodes(session, tasks, step, None),
+        RehearsalMode::Off => committed_episodes(job, tasks, step, None),
         style => {
             let budget = rehearsal.budget as usize;
-            super::rehearsal::rehearsed_episodes(session, tasks, step, style, budget)
+            super::rehearsal::rehearsed_episodes(job, tasks, step, style, budget)
         }
     }
 }
@@ -313,7 +212,7 @@ pub fn evaluation_episodes(
 /// Whether each of `n_trials` attempts at each task (sampled at the rollout temperature,
 /// real environment, no rehearsal) succeeded; empty lists when `n_trials` is 1.
 pub fn sampled_trials(
-    session: &Session,
+    job: &dyn PolicyJob,
     tasks: &[Arc<GenTask>],
     step: u32,
     n_trials: usize,
@@ -321,12 +220,12 @@ pub fn sampled_trials(
     if n_trials < 2 {
         return Ok(vec![Vec::new(); tasks.len()]);
     }
-    let mut settings = step_settings(session, step);
+    let mut settings = step_settings(job, step);
     settings.mode = ResponseMode::Real;
     settings.fidelity = false;
     settings.seed ^= 0x7a11_5eed_0f7e_57ed;
-    let sampling = rollout_sampling(&session.config.rl);
-    let episodes = episodes_of(session, tasks, n_trials, &settings, sampling, None)?;
+    let sampling = rollout_sampling(&job.config().rl);
+    let episodes = episodes_of(job, tasks, n_trials, &settings, sampling, None)?;
     Ok(episodes
         .chunks(n_trials)
         .map(|trials| {
@@ -340,36 +239,10 @@ pub fn sampled_trials(
 
 /// The held-out evaluation after step `step`: greedy episodes (rehearsed first when
 /// `[rehearsal].mode` is on) and `[eval].n_trials` sampled trials.
-pub fn evaluate(session: &Session, tasks: &[Arc<GenTask>], step: u32) -> Result<Report> {
-    let greedy = evaluation_episodes(session, tasks, step)?;
-    let trials = sampled_trials(session, tasks, step, session.config.eval.n_trials as usize)?;
+pub fn evaluate(job: &dyn PolicyJob, tasks: &[Arc<GenTask>], step: u32) -> Result<Report> {
+    let greedy = evaluation_episodes(job, tasks, step)?;
+    let trials = sampled_trials(job, tasks, step, job.config().eval.n_trials as usize)?;
     Ok(Report::of(tasks, &greedy, &trials))
-}
-
-/// Stores a report's rows under `category` (and, with `families`, its families' rows), after
-/// the writer's buffered rows, in one batch.
-pub fn store_report(
-    session: &mut Session,
-    step: u32,
-    category: &str,
-    report: &Report,
-    families: bool,
-) -> Result<()> {
-    session.writer.flush()?;
-    let mut batch = Batch::new(session.run);
-    let wall_time = now_secs();
-    for (category, metric, value, n_tasks) in report.rows(category, families) {
-        batch.evals.push(EvalRow {
-            step: u64::from(step),
-            benchmark: BENCHMARK.to_owned(),
-            category,
-            metric,
-            value,
-            n_tasks: n_tasks as u64,
-            wall_time,
-        });
-    }
-    session.writer.store_mut().write(&batch)
 }
 
 #[cfg(test)]

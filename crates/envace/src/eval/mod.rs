@@ -1,6 +1,7 @@
-//! Evaluation of a policy: held-out generated tasks with standard errors, per family and
-//! pass@k (`heldout`), and test-time private rehearsal with its rehearsal-budget curves
-//! (`rehearsal`).
+//! Evaluation of a policy: running its episodes for a job (`episodes`, shared with training),
+//! held-out generated tasks with standard errors, per family and pass@k (`heldout`), and
+//! test-time private rehearsal with its rehearsal-budget curves (`rehearsal`).
 
+pub mod episodes;
 pub mod heldout;
 pub mod rehearsal;

@@ -1,7 +1,8 @@
 //! Test-time private rehearsal (DESIGN.md §1): before its one committed attempt at a held-out
 //! task the policy rehearses imagined attempts, condenses them into a memory, and acts for real
-//! with that memory before the request; and the rehearsal-budget curves (score against the
-//! number of imagined attempts, parallel against sequential).
+//! with that memory after the request; and the episodes behind the rehearsal-budget curves
+//! (score against the number of imagined attempts, parallel against sequential), which
+//! `rl::evaluation` runs after a job's last step and stores.
 //!
 //! An imagined attempt is a whole episode in rehearse mode: the policy acts and answers its
 //! own tool calls, sampled at `[rl].temperature` and `top_p`; nothing touches the real
@@ -17,14 +18,12 @@
 
 use std::sync::Arc;
 
-use super::heldout::{
-    self, Report, committed_episodes, episodes_of, rollout_sampling, step_settings,
+use super::episodes::{
+    PolicyJob, committed_episodes, episodes_of, rollout_sampling, step_settings,
 };
 use crate::config::RehearsalMode;
-use crate::controller::{Event, Flow, Hooks};
 use crate::error::Result;
 use crate::rehearse::render_for_agent;
-use crate::rl::session::Session;
 use crate::rollout::{EndReason, EpisodeRecord, ResponseMode, TokenCodec};
 use crate::tasks::GenTask;
 
@@ -143,48 +142,48 @@ pub fn memory_text(
 /// attempts in at most `max_tokens` tokens of the policy's tokenizer ([`memory_text`]).
 pub fn memory_of(
     attempts: &[&EpisodeRecord],
-    session: &Session,
+    job: &dyn PolicyJob,
     max_tokens: usize,
 ) -> Result<String> {
     let summaries: Vec<AttemptSummary> = attempts.iter().map(|e| AttemptSummary::of(e)).collect();
-    memory_text(&summaries, &session.codec, max_tokens)
+    memory_text(&summaries, job.codec(), max_tokens)
 }
 
 /// One imagined attempt at each task (`copies` per task, side by side), each with its memory
 /// when given; `attempt_idx` varies the sampling seed. Episodes come back task-major.
 fn imagined_episodes(
-    session: &Session,
+    job: &dyn PolicyJob,
     tasks: &[Arc<GenTask>],
     step: u32,
     attempt_idx: usize,
     copies: usize,
     memories: Option<&[String]>,
 ) -> Result<Vec<EpisodeRecord>> {
-    let mut settings = step_settings(session, step);
+    let mut settings = step_settings(job, step);
     settings.mode = ResponseMode::Rehearse;
     settings.fidelity = false;
     settings.seed = settings
         .seed
         .wrapping_add((attempt_idx as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03));
-    let sampling = rollout_sampling(&session.config.rl);
-    episodes_of(session, tasks, copies, &settings, sampling, memories)
+    let sampling = rollout_sampling(&job.config().rl);
+    episodes_of(job, tasks, copies, &settings, sampling, memories)
 }
 
 /// The imagined attempts at each task (outer: tasks in order; inner: attempts in order),
 /// `budget` of them rehearsed in `style`; none when `Off`.
 pub fn imagined_attempts(
-    session: &Session,
+    job: &dyn PolicyJob,
     tasks: &[Arc<GenTask>],
     step: u32,
     style: RehearsalMode,
     budget: usize,
 ) -> Result<Vec<Vec<EpisodeRecord>>> {
-    let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
+    let max_tokens = job.config().rehearsal.max_memory_tokens as usize;
     let mut attempts: Vec<Vec<EpisodeRecord>> = tasks.iter().map(|_| Vec::new()).collect();
     match style {
         RehearsalMode::Off => {}
         RehearsalMode::Parallel if budget > 0 => {
-            let episodes = imagined_episodes(session, tasks, step, 0, budget, None)?;
+            let episodes = imagined_episodes(job, tasks, step, 0, budget, None)?;
             for (idx, episode) in episodes.into_iter().enumerate() {
                 attempts[idx / budget].push(episode);
             }
@@ -195,10 +194,10 @@ pub fn imagined_attempts(
                 let memories = if attempt_idx == 0 {
                     None
                 } else {
-                    Some(memories(&attempts, session, max_tokens)?)
+                    Some(memories(&attempts, job, max_tokens)?)
                 };
                 let episodes =
-                    imagined_episodes(session, tasks, step, attempt_idx, 1, memories.as_deref())?;
+                    imagined_episodes(job, tasks, step, attempt_idx, 1, memories.as_deref())?;
                 for (task_attempts, episode) in attempts.iter_mut().zip(episodes) {
                     task_attempts.push(episode);
                 }
@@ -211,73 +210,30 @@ pub fn imagined_attempts(
 /// The committed attempts at `tasks` after `budget` imagined attempts each, rehearsed in
 /// `style` (parallel or sequential); `Off` or a budget of 0 gives the plain evaluation.
 pub fn rehearsed_episodes(
-    session: &Session,
+    job: &dyn PolicyJob,
     tasks: &[Arc<GenTask>],
     step: u32,
     style: RehearsalMode,
     budget: usize,
 ) -> Result<Vec<EpisodeRecord>> {
     if style == RehearsalMode::Off || budget == 0 {
-        return committed_episodes(session, tasks, step, None);
+        return committed_episodes(job, tasks, step, None);
     }
-    let attempts = imagined_attempts(session, tasks, step, style, budget)?;
-    let max_tokens = session.config.rehearsal.max_memory_tokens as usize;
-    let memories = memories(&attempts, session, max_tokens)?;
-    committed_episodes(session, tasks, step, Some(&memories))
+    let attempts = imagined_attempts(job, tasks, step, style, budget)?;
+    let max_tokens = job.config().rehearsal.max_memory_tokens as usize;
+    let memories = memories(&attempts, job, max_tokens)?;
+    committed_episodes(job, tasks, step, Some(&memories))
 }
 
 fn memories(
     attempts: &[Vec<EpisodeRecord>],
-    session: &Session,
+    job: &dyn PolicyJob,
     max_tokens: usize,
 ) -> Result<Vec<String>> {
     attempts
         .iter()
-        .map(|a| memory_of(&a.iter().collect::<Vec<_>>(), session, max_tokens))
+        .map(|a| memory_of(&a.iter().collect::<Vec<_>>(), job, max_tokens))
         .collect()
-}
-
-/// The rehearsal-budget curves after step `step`: for each style (parallel, sequential) and
-/// each budget of `[rehearsal].budget_curve`, the held-out score and success rate of the
-/// committed attempts, stored in `eval_results` under category `rehearsal/<style>/<N>` of
-/// `generated_test` and reported as `Eval` events. Stops between points when asked to.
-pub fn budget_curve(
-    session: &mut Session,
-    tasks: &[Arc<GenTask>],
-    step: u32,
-    hooks: &mut dyn Hooks,
-) -> Result<Flow> {
-    let budgets = session.config.rehearsal.budget_curve.clone();
-    for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
-        for &budget in &budgets {
-            if hooks.poll() == Flow::Stop {
-                return Ok(Flow::Stop);
-            }
-            let category = curve_category(style, budget as usize);
-            hooks.emit(Event::Log {
-                level: "info".to_owned(),
-                message: format!(
-                    "test-time rehearsal: {budget} imagined attempt(s) per task, {} tasks ({category})",
-                    tasks.len()
-                ),
-            });
-            let episodes = rehearsed_episodes(session, tasks, step, style, budget as usize)?;
-            let report = Report::of(tasks, &episodes, &[]);
-            heldout::store_report(session, step, &category, &report, false)?;
-            hooks.emit(Event::Eval {
-                step,
-                benchmark: heldout::BENCHMARK.to_owned(),
-                n_tasks: tasks.len(),
-                metrics: report
-                    .all
-                    .metrics()
-                    .into_iter()
-                    .map(|(metric, value)| (format!("{category}/{metric}"), value))
-                    .collect(),
-            });
-        }
-    }
-    Ok(Flow::Continue)
 }
 
 #[cfg(test)]

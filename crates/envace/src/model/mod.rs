@@ -17,7 +17,6 @@
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
 mod assets;
-pub mod bench;
 mod decode;
 pub(crate) mod fused;
 mod gguf;
@@ -43,6 +42,7 @@ use serde_json::{Map, Value};
 
 use crate::config::{self, Architecture, TinyModelConfig};
 use crate::error::{Error, Result};
+use crate::rng::Rng;
 use layers::{LayerKv, Mode, Step};
 
 /// Name of the config file in a Hugging Face model folder.
@@ -617,7 +617,7 @@ impl Sampling {
     }
 
     /// The next token of one row and its log-probability at temperature 1.
-    fn pick(&self, logits: &[f32], rng: &mut SplitMix64) -> (u32, f32) {
+    fn pick(&self, logits: &[f32], rng: &mut Rng) -> (u32, f32) {
         let value = |idx: usize| {
             let v = f64::from(logits[idx]);
             if v.is_nan() { f64::NEG_INFINITY } else { v }
@@ -730,7 +730,7 @@ impl Policy {
             let values: Vec<f64> = match spec.init {
                 ParamInit::Ones => vec![1.0; n],
                 ParamInit::Normal => {
-                    let mut rng = SplitMix64::new(seed ^ fnv1a(&spec.name));
+                    let mut rng = Rng::new(seed ^ fnv1a(&spec.name));
                     (0..n)
                         .map(|_| rng.normal() * cfg.initializer_range)
                         .collect()
@@ -1077,8 +1077,8 @@ impl Policy {
     ) -> Result<Vec<Generated>> {
         let b = prompts.len();
         let mut out = vec![Generated::default(); b];
-        let mut rngs: Vec<SplitMix64> = (0..b as u64)
-            .map(|row| SplitMix64::new(sampling.seed ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03)))
+        let mut rngs: Vec<Rng> = (0..b as u64)
+            .map(|row| Rng::new(sampling.seed ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03)))
             .collect();
         let (ids, mask) = left_pad(prompts, 0, &self.device)?;
         let mut cache = KvCache::new();
@@ -1326,35 +1326,6 @@ fn fnv1a(text: &str) -> u64 {
     })
 }
 
-/// SplitMix64: a small, seedable generator, identical on every platform.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1].
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box–Muller).
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1385,7 +1356,7 @@ mod tests {
                     top_k: 0,
                     seed: 0,
                 };
-                let mut rng = SplitMix64::new(17);
+                let mut rng = Rng::new(17);
                 let n = 200_000;
                 let mut counts = [0usize; 6];
                 for _ in 0..n {

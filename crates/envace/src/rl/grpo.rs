@@ -34,9 +34,8 @@ use std::time::Instant;
 use candle_core::Tensor;
 
 use crate::config::{AdvantageBaseline, FewShotSource, KlType, RlConfig, Role};
-use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
-use crate::eval::heldout::{self, episode_specs, rollout_sampling, step_settings};
+use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
 use crate::fidelity::{self, Scores};
 use crate::model::Policy;
 use crate::rollout::{
@@ -45,6 +44,8 @@ use crate::rollout::{
 use crate::store::Batch;
 use crate::tasks::GenTask;
 
+use super::evaluation::held_out_eval;
+use super::hooks::{Event, Flow, Hooks};
 use super::session::{Phase, Session};
 use super::{AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
 
@@ -457,33 +458,6 @@ pub fn step_rollouts(
         out.episodes.extend(episodes);
     }
     Ok(out)
-}
-
-/// Evaluates the policy on the held-out tasks after step `step`, stores the report (rows in
-/// `eval_results`, the whole set's figures as `eval/generated_test/*` metrics) and announces it.
-fn held_out_eval(
-    session: &mut Session,
-    tasks: &[Arc<GenTask>],
-    step: u32,
-    hooks: &mut dyn Hooks,
-) -> Result<()> {
-    let report = heldout::evaluate(session, tasks, step)?;
-    let metrics: BTreeMap<String, f64> = report.all.metrics().into_iter().collect();
-    for (metric, value) in &metrics {
-        session.writer.metric(
-            u64::from(step),
-            &format!("eval/{}/{metric}", heldout::BENCHMARK),
-            *value,
-        )?;
-    }
-    heldout::store_report(session, step, "all", &report, true)?;
-    hooks.emit(Event::Eval {
-        step,
-        benchmark: heldout::BENCHMARK.to_owned(),
-        n_tasks: tasks.len(),
-        metrics,
-    });
-    Ok(())
 }
 
 /// Runs the RL phase from `session.next_step` to its end: the explicit GRPO loop. Returns

@@ -3,7 +3,9 @@
 //! per-token log-probabilities through the differentiable forward, AdamW with a checkpointable
 //! state, global-norm gradient clipping and the warm-up + cosine schedule.
 
+pub mod evaluation;
 pub mod grpo;
+pub mod hooks;
 pub mod session;
 pub mod sft;
 

@@ -25,6 +25,7 @@ use crate::config::{
 };
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::error::{Error, Result};
+use crate::eval::episodes::PolicyJob;
 use crate::judge::{EpisodeJudge, LlmJudge, RuleJudge};
 use crate::model::{self, Gguf, Policy, TransformerConfig};
 use crate::openai::ChatClient;
@@ -88,6 +89,27 @@ pub struct Session {
     pub run_dir: PathBuf,
     /// The step of the checkpoint this session was reopened from, if any.
     pub resumed_from: Option<u32>,
+}
+
+impl PolicyJob for Session {
+    fn config(&self) -> &ExperimentConfig {
+        &self.config
+    }
+    fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    fn codec(&self) -> &TokenCodec {
+        &self.codec
+    }
+    fn sources(&self) -> &GenSources {
+        &self.sources
+    }
+    fn judge(&self) -> &dyn EpisodeJudge {
+        self.judge.as_ref()
+    }
+    fn cache(&self) -> &ResponseCache {
+        &self.cache
+    }
 }
 
 impl std::fmt::Debug for Session {

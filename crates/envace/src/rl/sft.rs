@@ -22,16 +22,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Role;
-use crate::controller::{Event, Flow, Hooks};
 use crate::error::{Error, Result};
-use crate::eval::heldout::episode_specs;
+use crate::eval::episodes::episode_specs;
 use crate::eval::rehearsal::{AttemptSummary, memory_text};
 use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
 use crate::rollout::{
     EpisodeSpec, OracleActor, RealRehearser, ResponseMode, RoleRouter, RolloutSettings, run_batch,
 };
-use crate::tasks::{self, GenTask, Rng};
+use crate::rng::Rng;
+use crate::tasks::{self, GenTask};
 
+use super::hooks::{Event, Flow, Hooks};
 use super::session::{Phase, Session, optimizer_weight_decay};
 use super::{AdamW, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
 

@@ -18,7 +18,8 @@ use crate::rehearse::{
     error_code, error_json, outcome_json, parse_execution_result, rehearse_messages,
     render_for_agent,
 };
-use crate::tasks::{self, GenTask, Rng};
+use crate::rng::Rng;
+use crate::tasks::{self, GenTask};
 use crate::tokenize::{self, Tokenizer};
 
 use super::record::{

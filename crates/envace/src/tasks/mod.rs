@@ -43,12 +43,11 @@
 //! # Seeds
 //!
 //! Task `i` of a generation run draws from its own generator seeded by (seed, domain, split,
-//! difficulty, i) with SplitMix64, implemented here so that the stream never changes with a
-//! dependency update: the same [`GenConfig`] gives byte-identical tasks ([`digest`]).
+//! difficulty, i) with the engine's SplitMix64 ([`crate::rng::Rng`]), whose stream never changes
+//! with a dependency update: the same [`GenConfig`] gives byte-identical tasks ([`digest`]).
 
 pub mod functions;
 pub mod judge;
-mod rng;
 mod tau2_airline;
 mod tau2_retail;
 
@@ -63,11 +62,11 @@ use crate::config::{Domain, TaskSplit};
 use crate::env::tau2::Tau2Domain;
 use crate::env::{Environment, render_outcome};
 use crate::error::{Error, Result};
+use crate::rng::Rng;
 
 pub use judge::{
     JudgeReport, StandardVerdict, episode_score, final_answer, judge, parse_tool_calls,
 };
-pub use rng::Rng;
 
 /// One rule-decidable condition of a standard.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -20,7 +20,7 @@ struct Expected {
 }
 
 fn fixture(domain: &str) -> BTreeMap<String, Expected> {
-    let text = include_str!("../fixtures/tau2/gold_hashes.txt");
+    let text = include_str!("../../fixtures/tau2/gold_hashes.txt");
     text.lines()
         .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
         .filter_map(|line| {

@@ -12,9 +12,9 @@ use super::{airline, retail};
 
 fn cases() -> Vec<(Value, Value)> {
     let cases: Vec<Value> =
-        serde_json::from_str(include_str!("../fixtures/tau2/tool_cases.json")).unwrap();
+        serde_json::from_str(include_str!("../../fixtures/tau2/tool_cases.json")).unwrap();
     let expected: Vec<Value> =
-        serde_json::from_str(include_str!("../fixtures/tau2/tool_cases.expected.json")).unwrap();
+        serde_json::from_str(include_str!("../../fixtures/tau2/tool_cases.expected.json")).unwrap();
     assert_eq!(cases.len(), expected.len());
     cases.into_iter().zip(expected).collect()
 }

@@ -9,7 +9,7 @@ use envace::store::Store;
 
 /// The same small job as the engine's training tests: 3 SFT and 2 GRPO steps, checkpoints at
 /// steps 1, 2 and 4.
-const TINY_JOB: &str = include_str!("../../envace/tests/fixtures/train/tiny_job.toml");
+const TINY_JOB: &str = include_str!("../../../envace/tests/fixtures/train/tiny_job.toml");
 
 fn train(store: &Path, config: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_envace"));

@@ -16,7 +16,7 @@ use envace::rollout::Label;
 use envace::store::Store;
 
 /// A small job: functions domain (no data files), 3 SFT steps and 2 GRPO steps.
-pub const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
+pub const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
 fn tiny_policy(seed: u64) -> Policy {
     let tiny = TinyModelConfig {

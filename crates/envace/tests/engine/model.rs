@@ -1020,7 +1020,7 @@ fn device_resolution() {
 
 #[test]
 fn throughput_measurements_report_their_figures() {
-    use envace::model::bench;
+    use envace::bench;
     let policy = random_policy(
         tiny(Architecture::Qwen3, true, false),
         &Device::Cpu,

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use envace::crash::KILL_AT_VAR;
 use envace::store::{RunId, RunStatus, Store};
-use envace::tasks::Rng;
+use envace::rng::Rng;
 
 /// 30 SFT and 6 GRPO steps, checkpoints every 3 steps and at the end of SFT (the two newest
 /// kept), held-out evaluations at steps 30, 32, 34 and 36.
-const CRASH_JOB: &str = include_str!("../../envace/tests/fixtures/train/crash_job.toml");
+const CRASH_JOB: &str = include_str!("../../../envace/tests/fixtures/train/crash_job.toml");
 const N_SFT_STEPS: u64 = 30;
 const N_STEPS: u64 = 36;
 const RUN: RunId = RunId(1);

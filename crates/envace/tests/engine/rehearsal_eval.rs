@@ -7,14 +7,14 @@
 use std::sync::Arc;
 
 use envace::config::{self, RehearsalMode, TaskSplit};
-use envace::eval::heldout::committed_episodes;
+use envace::eval::episodes::committed_episodes;
 use envace::eval::rehearsal::{MEMORY_HEADER, imagined_attempts, rehearsed_episodes};
 use envace::rl::session::{Session, load_sources, task_pool};
 use envace::rollout::EpisodeRecord;
 use envace::store::{RunWriter, Store};
 use envace::tasks::GenTask;
 
-const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
+const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
 fn session(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<Arc<GenTask>>) {
     session_with(dir, max_memory_tokens)

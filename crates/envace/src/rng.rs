@@ -1,5 +1,6 @@
-//! SplitMix64: the small, fixed random generator behind task generation (its stream never
-//! changes with a dependency update, so seeds stay reproducible).
+//! SplitMix64: the engine's one small, fixed random generator — task generation, sampling
+//! tokens, initialising weights, SFT memories — whose stream never changes with a dependency
+//! update or a platform, so seeds stay reproducible.
 
 /// A SplitMix64 generator.
 #[derive(Debug, Clone)]
@@ -48,5 +49,16 @@ impl Rng {
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         ((self.next_u64() >> 11) as f64 / ((1u64 << 53) as f64)) < p
+    }
+
+    /// Uniform in (0, 1].
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     }
 }

@@ -1,4 +1,5 @@
-//! Throughput measurements of the policy layer, as JSON-ready figures for `cargo xtask bench
+//! Throughput measurements of the policy layer and its training step (above every layer: it
+//! drives `model` with `rl`'s AdamW), as JSON-ready figures for `cargo xtask bench
 //! model`: training tokens/s of the default tiny Qwen3, batched against single-stream decoding
 //! of the same model, and SmolLM2-135M decoding kept in Q4_1 and dequantized to f32.
 
@@ -7,7 +8,7 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
-use super::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
+use crate::model::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 use crate::config::TinyModelConfig;
 use crate::error::{Error, Result};
 
@@ -193,7 +194,7 @@ pub fn bench_train(
             .to_dtype(DType::F32)
             .and_then(|logits| {
                 // Cross-entropy as our training computes token log-probabilities.
-                let (logp, _) = super::target_logprobs_and_entropy(&logits, &labels)?;
+                let (logp, _) = crate::model::target_logprobs_and_entropy(&logits, &labels)?;
                 logp.mean_all()?.neg()
             })
             .map_err(candle(ctx))?;
@@ -334,7 +335,7 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     let mut smollm2_decode = Vec::new();
     let mut prompt_ids = Vec::new();
     if options.smollm2 {
-        let gguf = Gguf::open(&super::smollm2_gguf()?)?;
+        let gguf = Gguf::open(&crate::model::smollm2_gguf()?)?;
         let prompt = smollm2_prompt();
         let mut quantized = gguf.load_quantized(&device)?;
         let name = format!("smollm2-135m q4_1 ({})", quantized.backend_name());

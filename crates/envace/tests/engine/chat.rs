@@ -280,7 +280,7 @@ impl Rng {
 }
 
 // The fuzz target's invariant: spans inside the text on char boundaries, valid calls round-trip.
-include!("../fuzz/fuzz_targets/parse_tool_calls_check.rs");
+include!("../../fuzz/fuzz_targets/parse_tool_calls_check.rs");
 
 #[test]
 fn fuzz_seed_corpus_passes_the_fuzz_check() {

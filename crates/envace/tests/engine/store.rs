@@ -112,6 +112,17 @@ fn a_reader_sees_consistent_snapshots_while_a_writer_commits() {
 }
 
 const CHILD_ENV: &str = "ENVACE_TEST_STORE_WRITER";
+
+/// The name libtest gives test `name` of this module (its path without the binary's name), for
+/// running that one test again in a child process.
+fn test_path(name: &str) -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+    if module.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{module}::{name}")
+    }
+}
 const ROWS_PER_BATCH: usize = 100;
 
 /// Runs as the parent test, or (with `CHILD_ENV` set) as the writer process the parent kills.
@@ -136,7 +147,7 @@ fn committed_batches_survive_a_sigkilled_writer() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "committed_batches_survive_a_sigkilled_writer",
+            &test_path("committed_batches_survive_a_sigkilled_writer"),
             "--nocapture",
             "--test-threads=1",
         ])

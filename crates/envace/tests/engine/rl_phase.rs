@@ -23,7 +23,7 @@ use envace::rollout::{GenRequest, Scripted};
 use envace::store::{RunWriter, Store};
 use envace::tasks::{self, GenTask};
 
-const TINY_JOB: &str = include_str!("fixtures/train/tiny_job.toml");
+const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
 fn tiny() -> ExperimentConfig {
     config::parse(TINY_JOB, "TINY_JOB").unwrap()

@@ -152,44 +152,139 @@ fn wrong_call(
     Ok(None)
 }
 
-/// The oracle's attempt at `task` as a memory shows it: its calls with the real responses,
-/// then its answer.
-fn oracle_attempt(task: &GenTask) -> AttemptSummary {
-    let mut calls = Vec::new();
-    let mut pending: Vec<tasks::Call> = Vec::new();
-    let mut answer = String::new();
-    for message in &task.oracle {
-        match message.role {
-            tasks::Role::Assistant => {
-                pending = tasks::parse_tool_calls(&message.content)
-                    .into_iter()
-                    .filter_map(std::result::Result::ok)
-                    .collect();
-                pending.reverse();
-                if pending.is_empty() {
-                    answer = message.content.clone();
+/// The share of the oracle attempts in an SFT memory that are shown as rehearsal imagines
+/// them ([`OracleAttempt::imagined`]) rather than as they really went.
+const IMAGINED_SHARE: f64 = 0.75;
+
+/// The oracle's attempt at a task as a memory shows it: each call (`name`, arguments as
+/// JSON text) with the response it got as the agent reads it, then the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OracleAttempt {
+    calls: Vec<(String, String, String)>,
+    answer: String,
+}
+
+impl OracleAttempt {
+    /// The oracle's attempt at `task` with the real responses.
+    fn of(task: &GenTask) -> Self {
+        let mut calls = Vec::new();
+        let mut pending: Vec<tasks::Call> = Vec::new();
+        let mut answer = String::new();
+        for message in &task.oracle {
+            match message.role {
+                tasks::Role::Assistant => {
+                    pending = tasks::parse_tool_calls(&message.content)
+                        .into_iter()
+                        .filter_map(std::result::Result::ok)
+                        .collect();
+                    pending.reverse();
+                    if pending.is_empty() {
+                        answer = message.content.trim().to_owned();
+                    }
                 }
-            }
-            tasks::Role::Tool => {
-                if let Some(call) = pending.pop() {
-                    calls.push(format!(
-                        "{} {} -> {}",
-                        call.name, call.arguments, message.content
-                    ));
+                tasks::Role::Tool => {
+                    if let Some(call) = pending.pop() {
+                        // Shown as the agent reads it, as test-time memories show responses.
+                        let response = serde_json::from_str(&message.content)
+                            .map_or_else(|_| message.content.clone(), |v| render_for_agent(&v));
+                        calls.push((call.name, call.arguments.to_string(), response));
+                    }
                 }
+                tasks::Role::User => {}
             }
-            tasks::Role::User => {}
         }
+        OracleAttempt { calls, answer }
     }
-    AttemptSummary {
-        calls,
-        outcome: AttemptSummary::answer(answer.trim()),
+
+    /// The same attempt as the policy's own rehearsal tends to imagine it, so that acting
+    /// on a memory learns to take values from the request and the real responses, never
+    /// from the memory: numeric responses with a digit or two wrong (a simulator that
+    /// cannot compute), now and then a miscopied number in the arguments, and an answer
+    /// that repeats the imagined response (and now and then miscopies it too).
+    fn imagined(&self, rng: &mut Rng) -> Self {
+        let mut answer = self.answer.clone();
+        let calls = self
+            .calls
+            .iter()
+            .map(|(name, arguments, response)| {
+                let arguments = if rng.chance(0.25) {
+                    perturb_digits(arguments, rng)
+                } else {
+                    arguments.clone()
+                };
+                let imagined = if rng.chance(0.75) {
+                    perturb_digits(response, rng)
+                } else {
+                    response.clone()
+                };
+                if !response.trim().is_empty() && imagined != *response {
+                    answer = answer.replace(response.trim(), imagined.trim());
+                }
+                (name.clone(), arguments, imagined)
+            })
+            .collect();
+        if rng.chance(0.25) {
+            answer = perturb_digits(&answer, rng);
+        }
+        OracleAttempt { calls, answer }
+    }
+
+    /// The attempt as a memory line's parts.
+    fn summary(&self) -> AttemptSummary {
+        AttemptSummary {
+            calls: self
+                .calls
+                .iter()
+                .map(|(name, arguments, response)| format!("{name} {arguments} -> {response}"))
+                .collect(),
+            outcome: AttemptSummary::answer(&self.answer),
+        }
     }
 }
 
+/// `text` with one or two of its digits changed (replaced by another digit, swapped with
+/// the next one or dropped from a longer number); unchanged when it has no digit.
+fn perturb_digits(text: &str, rng: &mut Rng) -> String {
+    let original: Vec<char> = text.chars().collect();
+    let mut chars = original.clone();
+    let n_edits = 1 + rng.below(2);
+    for _ in 0..n_edits {
+        let digits: Vec<usize> = (0..chars.len())
+            .filter(|&i| chars[i].is_ascii_digit())
+            .collect();
+        let Some(&pos) = rng.pick(&digits) else {
+            return text.to_owned();
+        };
+        let next_is_digit = chars.get(pos + 1).is_some_and(char::is_ascii_digit);
+        let prev_is_digit = pos > 0 && chars[pos - 1].is_ascii_digit();
+        match rng.below(3) {
+            0 if next_is_digit && chars[pos] != chars[pos + 1] => chars.swap(pos, pos + 1),
+            1 if next_is_digit || prev_is_digit => {
+                chars.remove(pos);
+            }
+            _ => chars[pos] = other_digit(chars[pos], rng),
+        }
+    }
+    if chars == original {
+        // Two edits that undid each other: change one digit for certain.
+        if let Some(pos) = chars.iter().position(char::is_ascii_digit) {
+            chars[pos] = other_digit(chars[pos], rng);
+        }
+    }
+    chars.into_iter().collect()
+}
+
+/// A digit other than `digit`, drawn from `rng`.
+fn other_digit(digit: char, rng: &mut Rng) -> char {
+    let value = digit.to_digit(10).unwrap_or(0) as usize;
+    let new = (value + 1 + rng.below(9)) % 10;
+    char::from_digit(new as u32, 10).unwrap_or('0')
+}
+
 /// The SFT samples that teach acting on a rehearsal memory (`[sft].memory_share`): for that
-/// share of the tasks, the oracle's act sample again with a memory of 1–4 attempts before the
-/// request (the oracle's own, or a deliberately wrong call with the real error it gets), and
+/// share of the tasks, the oracle's act sample again with a memory of 1–4 attempts after the
+/// request (the oracle's own, most of them as rehearsal would imagine them, with wrong
+/// numbers; or a deliberately wrong call with the real error it gets), and
 /// the rehearse sample of that wrong call, so that rehearsal learns the tool's real errors.
 /// The same tasks, attempts and seeds come out on every call (a resumed job rebuilds them).
 fn memory_items(
@@ -222,7 +317,14 @@ fn memory_items(
                     )],
                     outcome: "no answer".to_owned(),
                 },
-                _ => oracle_attempt(task),
+                _ => {
+                    let oracle = OracleAttempt::of(task);
+                    if rng.chance(IMAGINED_SHARE) {
+                        oracle.imagined(&mut rng).summary()
+                    } else {
+                        oracle.summary()
+                    }
+                }
             })
             .collect();
         let memory = memory_text(&attempts, &session.codec, max_tokens)?;
@@ -537,6 +639,100 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn arithmetic_tasks() -> Vec<GenTask> {
+        let sources = tasks::GenSources {
+            retail: None,
+            airline: None,
+        };
+        let config = tasks::GenConfig {
+            seed: 11,
+            split: crate::config::TaskSplit::Train,
+            difficulty: 1,
+            n_tasks: 20,
+            families: vec!["fn_arithmetic".to_owned()],
+        };
+        tasks::generate(crate::config::Domain::Functions, &sources, &config).unwrap()
+    }
+
+    #[test]
+    fn perturbing_digits_changes_digits_only() {
+        let mut rng = Rng::new(5);
+        for text in ["27264", "247.2222", "The product is 27264.", "7", "-3.5"] {
+            for _ in 0..50 {
+                let out = perturb_digits(text, &mut rng);
+                assert_ne!(out, text);
+                let letters = |t: &str| {
+                    t.chars()
+                        .filter(|c| !c.is_ascii_digit())
+                        .collect::<String>()
+                };
+                assert_eq!(letters(&out), letters(text), "{text} -> {out}");
+                // At most two digits differ in count (one or two edits).
+                let n_digits = |t: &str| t.chars().filter(char::is_ascii_digit).count();
+                assert!(n_digits(text) - n_digits(&out) <= 2, "{text} -> {out}");
+                assert!(n_digits(&out) >= 1, "{text} -> {out}");
+            }
+        }
+        assert_eq!(perturb_digits("Hello, world", &mut rng), "Hello, world");
+    }
+
+    #[test]
+    fn an_imagined_oracle_attempt_gets_numbers_wrong_but_keeps_its_calls() {
+        let mut rng = Rng::new(9);
+        let mut n_wrong_responses = 0;
+        let mut n_answers_follow = 0;
+        let mut n_calls = 0;
+        for task in arithmetic_tasks() {
+            let real = OracleAttempt::of(&task);
+            assert!(!real.calls.is_empty(), "{}", task.id);
+            assert!(!real.answer.is_empty(), "{}", task.id);
+            let imagined = real.imagined(&mut rng);
+            assert_eq!(imagined.calls.len(), real.calls.len());
+            for ((name, _, response), (real_name, _, real_response)) in
+                imagined.calls.iter().zip(&real.calls)
+            {
+                n_calls += 1;
+                assert_eq!(name, real_name);
+                if response != real_response {
+                    n_wrong_responses += 1;
+                    // The imagined answer repeats the imagined value, not the real one.
+                    if real.answer.contains(real_response.trim())
+                        && imagined.answer.contains(response.trim())
+                    {
+                        n_answers_follow += 1;
+                    }
+                }
+            }
+            let line = imagined.summary().line(0);
+            assert!(line.starts_with("Attempt 1: "), "{line}");
+            assert!(line.contains(" -> "), "{line}");
+        }
+        // Three in four responses are imagined wrong; 20 tasks leave room for chance.
+        assert!(
+            n_wrong_responses * 2 > n_calls,
+            "{n_wrong_responses} of {n_calls}"
+        );
+        assert!(
+            n_answers_follow * 2 > n_wrong_responses,
+            "{n_answers_follow}"
+        );
+        // The real attempt's line is the oracle's own.
+        let task = &arithmetic_tasks()[0];
+        let real = OracleAttempt::of(task).summary();
+        let tool = task
+            .oracle
+            .iter()
+            .find(|m| m.role == tasks::Role::Tool)
+            .unwrap();
+        let shown = render_for_agent(&serde_json::from_str(&tool.content).unwrap());
+        assert!(
+            real.calls[0].ends_with(&format!("-> {shown}")),
+            "{}",
+            real.calls[0]
+        );
+        assert!(!real.calls[0].contains("\"result\""), "{}", real.calls[0]);
+    }
 
     #[test]
     fn batches_cover_each_epoch_once() {

@@ -56,6 +56,9 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::forget_api_key,
         ])
         .events(tauri_specta::collect_events![contract::TrainingEvent])
+        // What a job records (metric keys with labels, units and charts; evaluation categories):
+        // the charts draw what the engine declares instead of copies of its strings.
+        .constant("METRIC_CATALOGUE", envace::metrics::CATALOGUE)
 }
 
 /// Header of the generated bindings file.

@@ -2,7 +2,7 @@
 // alignment and min/max decimation (including a million-point series).
 import { describe, expect, it } from "vitest";
 import {
-  CHARTS, DRIFT_RULE, SeriesStore, TIME_INCRS, align, onAxis, benchmarks, curveSteps, decimate, driftAlarm, ema, evalCurve, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue,
+  CHARTS, DRIFT_KEYS, DRIFT_RULE, SeriesStore, categoryOf, isBudgetCategory, isFamilyCategory, metricOf, patternRegex, TIME_INCRS, align, onAxis, benchmarks, curveSteps, decimate, driftAlarm, ema, evalCurve, flatRange, formatDuration, formatValue, heatColor, heatGrid, keysFor, lastValue,
   latestBars, budgetCurves, meanBand, passAtK, seedArms, type Aligned,
 } from "./chartData";
 
@@ -23,6 +23,34 @@ describe("charts", () => {
     expect(keysFor(chart("fidelity-tool"), keys)).toEqual(["fidelity/get_weather/value_accuracy"]);
     // Evaluations are drawn by the benchmark panel, from the store's eval_results.
     expect(CHARTS.some((c) => c.matches("eval/generated_test/score"))).toBe(false);
+  });
+});
+
+describe("the engine's catalogue", () => {
+  it("matches keys with the engine's rules", () => {
+    expect(metricOf("rehearse/kl")?.key).toBe("{role}/kl");
+    expect(metricOf("sft/loss_act")?.key).toBe("sft/loss_{role}");
+    expect(metricOf("sft/loss_rl")).toBeNull();
+    expect(metricOf("rl/kl")).toBeNull();
+    expect(metricOf("fidelity/get_weather/key_f1")?.key).toBe("fidelity/{tool}/{score}");
+    expect(metricOf("fidelity/get_weather/nonsense")).toBeNull();
+    expect(metricOf("eval//score")).toBeNull();
+    expect(metricOf("perf/tokens_per_sec")?.unit).toBe("tokens/s");
+    expect(patternRegex("a.b/{x}").test("aXb/y")).toBe(false);
+  });
+  it("gives every chart a key and knows every key the studio reads by name", () => {
+    for (const c of CHARTS) expect(CHARTS.filter((d) => d.id === c.id)).toHaveLength(1);
+    for (const key of Object.values(DRIFT_KEYS)) expect(metricOf(key), key).not.toBeNull();
+    expect(metricOf("rl/reward")?.chart).toBe("reward");
+  });
+  it("reads evaluation categories from it", () => {
+    expect(categoryOf("all")?.pattern).toBe("all");
+    expect(isFamilyCategory("family/fn_arithmetic")).toBe(true);
+    expect(isFamilyCategory("all")).toBe(false);
+    expect(isBudgetCategory("rehearsal/parallel/4")).toBe(true);
+    expect(isBudgetCategory("rehearsal/sequential/0")).toBe(true);
+    expect(isBudgetCategory("rehearsal/diagonal/4")).toBe(false);
+    expect(isBudgetCategory("rehearsal/parallel/x")).toBe(false);
   });
 });
 

@@ -1,7 +1,10 @@
 // Chart data transforms, pure and DOM-free: which metric keys go in which chart, a live store
 // of series fed by step events, EMA smoothing, alignment of several series on one x axis,
 // min/max bucket decimation so a million points per series stay interactive, benchmark
-// results' latest values, and the per-tool × step fidelity grid of the heatmap.
+// results' latest values, and the per-tool × step fidelity grid of the heatmap. Which keys and
+// categories exist comes from the engine's catalogue (`METRIC_CATALOGUE` in the bindings).
+
+import { METRIC_CATALOGUE } from "./bindings";
 
 /** One metric over steps; `null` marks a value that was not finite. */
 export interface Series {
@@ -58,28 +61,55 @@ export interface ChartDef {
   matches: (key: string) => boolean;
 }
 
-const FIDELITY_SCORES = ["valid_json", "outcome_agreement", "key_f1", "value_accuracy", "exact_match"];
+/** One metric family of the engine's catalogue (`envace::metrics`). */
+export type CatalogueMetric = (typeof METRIC_CATALOGUE.metrics)[number];
 
-/** The training view's charts, in display order. */
-export const CHARTS: ChartDef[] = [
-  { id: "reward", title: "Reward per role", matches: (k) => /^(act|rehearse|rl)\/reward$/.test(k) },
-  { id: "sft-loss", title: "SFT loss", matches: (k) => /^sft\/loss(_act|_rehearse)?$/.test(k) },
-  { id: "advantage", title: "Advantage (mean, std)", matches: (k) => /^(act|rehearse)\/advantage_(mean|std)$/.test(k) },
-  { id: "kl", title: "KL to the reference", matches: (k) => /^(act|rehearse)\/kl$/.test(k) },
-  { id: "entropy", title: "Entropy", matches: (k) => /^(act|rehearse)\/entropy$/.test(k) },
-  { id: "clip", title: "Clip fraction", matches: (k) => /^(act|rehearse)\/clip_fraction$/.test(k) },
-  { id: "length", title: "Response length", matches: (k) => /^(act|rehearse)\/response_length$/.test(k) },
-  {
-    id: "fidelity",
-    title: "Fidelity (all tools)",
-    matches: (k) => k.startsWith("fidelity/") && FIDELITY_SCORES.includes(k.slice("fidelity/".length)),
-  },
-  {
-    id: "fidelity-tool",
-    title: "Fidelity per tool (value accuracy)",
-    matches: (k) => /^fidelity\/[^/]+\/value_accuracy$/.test(k),
-  },
-];
+/** One evaluation-category family of the engine's catalogue. */
+export type CatalogueCategory = (typeof METRIC_CATALOGUE.categories)[number];
+
+function escapeRegex(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/**
+ * A pattern of the engine's catalogue as a regular expression, with the engine's rules: `/`
+ * separates segments; a segment's `{name}` stands for one of the catalogue's values for `name`,
+ * or for any non-empty text without `/` when the catalogue lists none.
+ */
+export function patternRegex(pattern: string): RegExp {
+  const parts = new Map<string, readonly string[]>(METRIC_CATALOGUE.parts.map((p) => [p.name, p.values]));
+  const body = pattern
+    .split("/")
+    .map((segment) => {
+      const m = /^([^{]*)\{(\w+)\}(.*)$/.exec(segment);
+      if (!m) return escapeRegex(segment);
+      const values = parts.get(m[2]);
+      const middle = values ? `(?:${values.map(escapeRegex).join("|")})` : "[^/]+";
+      return escapeRegex(m[1]) + middle + escapeRegex(m[3]);
+    })
+    .join("/");
+  return new RegExp(`^${body}$`);
+}
+
+const METRIC_PATTERNS = METRIC_CATALOGUE.metrics.map((metric) => ({ metric, regex: patternRegex(metric.key) }));
+const CATEGORY_PATTERNS = METRIC_CATALOGUE.categories.map((category) => ({ category, regex: patternRegex(category.pattern) }));
+
+/** The catalogue entry of a metric key (the first that matches), or null for an unknown key. */
+export function metricOf(key: string): CatalogueMetric | null {
+  return METRIC_PATTERNS.find((p) => p.regex.test(key))?.metric ?? null;
+}
+
+/** The catalogue entry of an evaluation category, or null. */
+export function categoryOf(category: string): CatalogueCategory | null {
+  return CATEGORY_PATTERNS.find((p) => p.regex.test(category))?.category ?? null;
+}
+
+/** The training view's charts, in display order: each draws the keys the catalogue gives it. */
+export const CHARTS: ChartDef[] = METRIC_CATALOGUE.charts.map((chart) => ({
+  id: chart.id,
+  title: chart.title,
+  matches: (key: string) => metricOf(key)?.chart === chart.id,
+}));
 
 /** The keys among `keys` that `chart` draws, sorted. */
 export function keysFor(chart: ChartDef, keys: Iterable<string>): string[] {
@@ -391,9 +421,15 @@ export function isErrorMetric(metric: string): boolean {
   return metric.endsWith("_se");
 }
 
+/** The catalogue's pattern of one task family's share of an evaluation. */
+const FAMILY_PATTERN = "family/{family}";
+
+/** The catalogue's pattern of a rehearsal-budget point. */
+const BUDGET_PATTERN = "rehearsal/{style}/{budget}";
+
 /** Whether a category is one task family's share of an evaluation (`family/<name>`). */
 export function isFamilyCategory(category: string): boolean {
-  return category.startsWith("family/") || category.includes("/family/");
+  return categoryOf(category)?.pattern === FAMILY_PATTERN || category.includes("/family/");
 }
 
 /**
@@ -411,12 +447,17 @@ export function latestBars(series: readonly EvalLike[], benchmark: string): Bar[
   return bars;
 }
 
-/** The category of a rehearsal-budget point: `rehearsal/<style>/<N>`. */
-const CURVE_CATEGORY = /^rehearsal\/(parallel|sequential)\/(\d+)$/;
+/** Style and budget N of a rehearsal-budget point's category, or null for another category. */
+function budgetPoint(category: string): { style: string; budget: number } | null {
+  if (categoryOf(category)?.pattern !== BUDGET_PATTERN) return null;
+  const [, style, n] = category.split("/");
+  const budget = Number(n);
+  return Number.isInteger(budget) && budget >= 0 ? { style, budget } : null;
+}
 
 /** Whether a benchmark category is a rehearsal-budget point (drawn by budget, not by step). */
 export function isBudgetCategory(category: string): boolean {
-  return CURVE_CATEGORY.test(category);
+  return budgetPoint(category) !== null;
 }
 
 /** The rehearsal-budget curves of one benchmark at one evaluated step. */
@@ -449,12 +490,12 @@ export function budgetCurves(series: readonly EvalLike[], benchmark: string, at?
   if (!Number.isFinite(step)) return null;
   const byKey = new Map<string, Map<number, [number | null, number | null]>>();
   for (const s of points) {
-    const match = CURVE_CATEGORY.exec(s.category);
-    if (!match || !s.steps.includes(step) || isErrorMetric(s.metric)) continue;
-    const key = `${match[1]}/${s.metric}`;
+    const point = budgetPoint(s.category);
+    if (!point || !s.steps.includes(step) || isErrorMetric(s.metric)) continue;
+    const key = `${point.style}/${s.metric}`;
     const curve = byKey.get(key) ?? new Map<number, [number | null, number | null]>();
     const se = series.find((e) => e.benchmark === benchmark && e.category === s.category && e.metric === `${s.metric}_se`);
-    curve.set(Number(match[2]), [valueAt(s, step), valueAt(se, step)]);
+    curve.set(point.budget, [valueAt(s, step), valueAt(se, step)]);
     byKey.set(key, curve);
   }
   if (byKey.size === 0) return null;
@@ -661,6 +702,14 @@ export interface DriftRule {
 /** The studio's drift rule. */
 export const DRIFT_RULE: DriftRule = { window: 3, minRealErrorRate: 0.1, errorRatio: 0.5, rewardGap: 0.2 };
 
+/** The metric keys the drift alarm reads (each one the engine's catalogue declares). */
+export const DRIFT_KEYS = {
+  rehearsedErrorRate: "drift/rehearsed_error_rate",
+  realErrorRate: "drift/real_error_rate",
+  reward: "rl/reward",
+  heldOutScore: "eval/generated_test/score",
+} as const;
+
 /** One half of the drift alarm. */
 export interface DriftHalf {
   /** Whether it fires at its latest point. */
@@ -751,7 +800,7 @@ function half(points: readonly DriftPoint[], baseline?: number): DriftHalf | nul
 export function driftAlarm(store: { get(key: string): Series | undefined }, rewardHalf: boolean, rule: DriftRule = DRIFT_RULE): DriftAlarm {
   const w = Math.max(1, Math.floor(rule.window));
   const mean = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-  const rates = pairs(store.get("drift/rehearsed_error_rate"), store.get("drift/real_error_rate"));
+  const rates = pairs(store.get(DRIFT_KEYS.rehearsedErrorRate), store.get(DRIFT_KEYS.realErrorRate));
   const errorPoints: DriftPoint[] = [];
   for (let i = 0; i < rates.length; i++) {
     // Before a whole window the figures are means over the steps so far, and never fire.
@@ -763,8 +812,8 @@ export function driftAlarm(store: { get(key: string): Series | undefined }, rewa
   const errorRate = half(errorPoints);
   let reward: DriftHalf | null = null;
   if (rewardHalf) {
-    const rewards = store.get("rl/reward");
-    const scores = store.get("eval/generated_test/score");
+    const rewards = store.get(DRIFT_KEYS.reward);
+    const scores = store.get(DRIFT_KEYS.heldOutScore);
     const rewardAt: [number, number][] = [];
     rewards?.steps.forEach((step, i) => {
       const v = rewards.values[i];
@@ -804,8 +853,10 @@ export interface HeatGrid {
   cells: (number | null)[][];
 }
 
-/** The fidelity scores a heatmap can show (`fidelity/<tool>/<score>` metric keys). */
-export const HEAT_SCORES = ["value_accuracy", "key_f1", "outcome_agreement", "valid_json", "exact_match"];
+/** The fidelity scores a heatmap can show (`fidelity/<tool>/<score>` metric keys), value accuracy first. */
+export const HEAT_SCORES: string[] = ((scores: readonly string[]) => ["value_accuracy", ...scores.filter((s) => s !== "value_accuracy")])(
+  METRIC_CATALOGUE.parts.find((p) => p.name === "score")?.values ?? [],
+);
 
 /**
  * The per-tool × step grid of one fidelity `score` from a run's metrics, with at most

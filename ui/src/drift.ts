@@ -5,17 +5,17 @@
 // marked, and the rule in words. The rule itself is `driftAlarm` in chartData.ts.
 
 import type { RunSetup, StudioError } from "./bindings";
-import { DRIFT_RULE, driftAlarm, formatValue, type DriftAlarm, type DriftHalf, type SeriesStore } from "./chartData";
+import { DRIFT_KEYS, DRIFT_RULE, driftAlarm, formatValue, type DriftAlarm, type DriftHalf, type SeriesStore } from "./chartData";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
 
-const ERROR_KEYS = ["drift/rehearsed_error_rate", "drift/real_error_rate"];
-const REWARD_KEYS = ["rl/reward", "eval/generated_test/score"];
+const ERROR_KEYS: string[] = [DRIFT_KEYS.rehearsedErrorRate, DRIFT_KEYS.realErrorRate];
+const REWARD_KEYS: string[] = [DRIFT_KEYS.reward, DRIFT_KEYS.heldOutScore];
 const LABELS: Record<string, string> = {
-  "drift/rehearsed_error_rate": "rehearsed error rate",
-  "drift/real_error_rate": "real error rate (same calls replayed)",
-  "rl/reward": "rehearsed reward (rl/reward)",
-  "eval/generated_test/score": "held-out score (real environment)",
+  [DRIFT_KEYS.rehearsedErrorRate]: "rehearsed error rate",
+  [DRIFT_KEYS.realErrorRate]: "real error rate (same calls replayed)",
+  [DRIFT_KEYS.reward]: "rehearsed reward (rl/reward)",
+  [DRIFT_KEYS.heldOutScore]: "held-out score (real environment)",
 };
 
 function percent(value: number): string {

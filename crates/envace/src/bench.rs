@@ -8,9 +8,9 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
-use crate::model::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 use crate::config::TinyModelConfig;
 use crate::error::{Error, Result};
+use crate::model::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 
 /// Timed runs of each decode measurement (after a warm-up); the fastest counts, since the
 /// machine may be shared and a run that another process interrupted says nothing about ours.

@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 
-
 use crate::config::{ExperimentConfig, TaskSplit};
 use crate::error::{Error, Result};
+pub use crate::rl::hooks::{Event, Flow, Hooks, NoHooks};
 use crate::rl::session::{Phase, Session, load_sources, task_pool};
 use crate::rl::{grpo, sft};
-pub use crate::rl::hooks::{Event, Flow, Hooks, NoHooks};
 use crate::store::{RunId, RunStatus, RunWriter, Store};
 use crate::tasks::GenTask;
 

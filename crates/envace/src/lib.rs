@@ -16,6 +16,7 @@ pub mod fidelity;
 pub mod fsutil;
 pub mod judge;
 pub mod mcp;
+pub mod metrics;
 pub mod model;
 pub mod openai;
 pub mod rehearse;

@@ -11,8 +11,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use envace::crash::KILL_AT_VAR;
-use envace::store::{RunId, RunStatus, Store};
 use envace::rng::Rng;
+use envace::store::{RunId, RunStatus, Store};
 
 /// 30 SFT and 6 GRPO steps, checkpoints every 3 steps and at the end of SFT (the two newest
 /// kept), held-out evaluations at steps 30, 32, 34 and 36.

@@ -10,11 +10,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::RehearsalMode;
-use crate::error::Result;
 use super::episodes::{
     PolicyJob, committed_episodes, episodes_of, rollout_sampling, step_settings,
 };
+use crate::config::RehearsalMode;
+use crate::error::Result;
 use crate::rollout::{EpisodeRecord, ResponseMode};
 use crate::tasks::GenTask;
 

@@ -91,7 +91,8 @@ pub fn budget_curve(
                     tasks.len()
                 ),
             });
-            let episodes = rehearsal::rehearsed_episodes(session, tasks, step, style, budget as usize)?;
+            let episodes =
+                rehearsal::rehearsed_episodes(session, tasks, step, style, budget as usize)?;
             let report = Report::of(tasks, &episodes, &[]);
             store_report(session, step, &category, &report, false)?;
             hooks.emit(Event::Eval {

@@ -26,10 +26,10 @@ use crate::error::{Error, Result};
 use crate::eval::episodes::episode_specs;
 use crate::eval::rehearsal::{AttemptSummary, memory_text};
 use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
+use crate::rng::Rng;
 use crate::rollout::{
     EpisodeSpec, OracleActor, RealRehearser, ResponseMode, RoleRouter, RolloutSettings, run_batch,
 };
-use crate::rng::Rng;
 use crate::tasks::{self, GenTask};
 
 use super::hooks::{Event, Flow, Hooks};

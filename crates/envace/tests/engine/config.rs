@@ -198,8 +198,11 @@ fn every_invalid_fixture_reports_its_paths_and_lines() {
                 fixture.name
             );
         }
-        expect_file![format!("../fixtures/config/invalid/{}.expected", fixture.name)]
-            .assert_eq(&format!("{rendered}\n"));
+        expect_file![format!(
+            "../fixtures/config/invalid/{}.expected",
+            fixture.name
+        )]
+        .assert_eq(&format!("{rendered}\n"));
     }
 }
 

@@ -157,8 +157,15 @@ fn the_scanner_sees_each_form_of_import() {
     assert_eq!(found, ["controller", "eval", "model", "rl", "rollout"]);
     // One `super::` from a depth-2 file stays inside its own top-level module.
     assert!(imported_top_modules("use super::session::Session;", 2).is_empty());
-    assert_eq!(imported_top_modules("use super::rollout::X;", 1), ["rollout"]);
+    assert_eq!(
+        imported_top_modules("use super::rollout::X;", 1),
+        ["rollout"]
+    );
     // A test module at the end is not product code.
-    let with_tests = "use crate::model::Policy;\n#[cfg(test)]\nmod tests {\n    use crate::rl::AdamW;\n}\n";
-    assert_eq!(imported_top_modules(&product_code(with_tests), 1), ["model"]);
+    let with_tests =
+        "use crate::model::Policy;\n#[cfg(test)]\nmod tests {\n    use crate::rl::AdamW;\n}\n";
+    assert_eq!(
+        imported_top_modules(&product_code(with_tests), 1),
+        ["model"]
+    );
 }

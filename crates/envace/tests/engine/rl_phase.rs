@@ -44,6 +44,7 @@ fn run_job(config: &ExperimentConfig, store_path: &Path) -> BTreeMap<(u64, Strin
         train(&spec, run, &mut NoHooks).unwrap(),
         JobOutcome::Finished
     );
+    super::train::assert_catalogued(store_path);
     let store = Store::open(store_path).unwrap();
     store
         .view()

@@ -9,6 +9,7 @@ use std::path::Path;
 use candle_core::{DType, Device};
 use envace::config::{self, ExperimentConfig, Role, TinyModelConfig};
 use envace::controller::{Event, Flow, Hooks, JobOutcome, JobSpec, train};
+use envace::metrics;
 use envace::model::{Policy, TransformerConfig};
 use envace::rl::grpo::micro_batch_loss;
 use envace::rl::{AdamW, TrainItem, pad_batch, token_logprobs};
@@ -187,6 +188,31 @@ fn job_metrics(store_path: &Path) -> BTreeMap<(u64, String), Vec<f64>> {
     out
 }
 
+/// Fails unless every metric key and evaluation category stored in `store_path` is one that
+/// `envace::metrics` declares (the studio charts only what the catalogue describes).
+pub fn assert_catalogued(store_path: &Path) {
+    let store = Store::open(store_path).unwrap();
+    let view = store.view();
+    for run in view.runs().unwrap() {
+        for row in view.metrics(run.id).unwrap() {
+            assert!(
+                metrics::metric_of(&row.key).is_some(),
+                "metric key {:?} is not in envace::metrics::METRICS",
+                row.key
+            );
+        }
+        for row in view.eval_results(run.id).unwrap() {
+            assert!(
+                metrics::category_of(&row.category).is_some(),
+                "evaluation category {:?} is not in envace::metrics::CATEGORIES",
+                row.category
+            );
+            let key = format!("eval/{}/{}", row.benchmark, row.metric);
+            assert!(metrics::metric_of(&key).is_some(), "{key}");
+        }
+    }
+}
+
 /// Keeps every event of a job.
 #[derive(Default)]
 struct Recorder(Vec<Event>);
@@ -215,6 +241,7 @@ fn run_job(config: &ExperimentConfig, store_path: &Path) -> Vec<Event> {
         train(&spec, run, &mut recorder).unwrap(),
         JobOutcome::Finished
     );
+    assert_catalogued(store_path);
     recorder.0
 }
 

@@ -545,7 +545,7 @@ fn episode_view(step: u64, episode: EpisodeRecord) -> EpisodeView {
             .messages
             .into_iter()
             .map(|m| MessageView {
-                role: m.role,
+                role: m.role.as_str().to_owned(),
                 content: m.content,
             })
             .collect(),

@@ -7,9 +7,10 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::chat::Message;
 use crate::config::Domain;
 use crate::error::Result;
-use crate::tasks::{ChatMessage, GenSources, GenTask, Runner};
+use crate::tasks::{GenSources, GenTask, Runner};
 
 /// A judge's decision on one episode.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +32,7 @@ pub enum Verdict {
 /// Scores finished episodes.
 pub trait EpisodeJudge: Sync {
     /// The verdict on `trajectory` (user, assistant and tool messages) for `task`.
-    fn judge(&self, task: &GenTask, trajectory: &[ChatMessage]) -> Verdict;
+    fn judge(&self, task: &GenTask, trajectory: &[Message]) -> Verdict;
 }
 
 /// The rule judge of generated tasks: replays the trajectory's tool calls on the real
@@ -52,7 +53,7 @@ impl RuleJudge {
         }
     }
 
-    fn judge_with_runner(&self, task: &GenTask, trajectory: &[ChatMessage]) -> Result<Verdict> {
+    fn judge_with_runner(&self, task: &GenTask, trajectory: &[Message]) -> Result<Verdict> {
         let mut runners = self
             .runners
             .lock()
@@ -73,7 +74,7 @@ impl RuleJudge {
 }
 
 impl EpisodeJudge for RuleJudge {
-    fn judge(&self, task: &GenTask, trajectory: &[ChatMessage]) -> Verdict {
+    fn judge(&self, task: &GenTask, trajectory: &[Message]) -> Verdict {
         self.judge_with_runner(task, trajectory)
             .unwrap_or_else(|e| Verdict::Masked {
                 reason: format!("the rule judge could not replay the episode: {e}"),
@@ -116,15 +117,11 @@ impl LlmJudge {
     /// The judge's messages for one checklist.
     pub fn messages(
         checklist: &crate::tasks::Checklist,
-        trajectory: &[ChatMessage],
+        trajectory: &[Message],
     ) -> Vec<crate::openai::ChatMsg> {
         let mut conversation = String::new();
         for message in trajectory {
-            let role = match message.role {
-                crate::tasks::Role::User => "user",
-                crate::tasks::Role::Assistant => "assistant",
-                crate::tasks::Role::Tool => "tool",
-            };
+            let role = message.role.as_str();
             conversation.push_str(&format!("[{role}] {}\n", message.content));
         }
         let mut standards = String::new();
@@ -184,7 +181,7 @@ pub fn parse_verdict(text: &str, n_standards: usize) -> std::result::Result<Vec<
 }
 
 impl EpisodeJudge for LlmJudge {
-    fn judge(&self, task: &GenTask, trajectory: &[ChatMessage]) -> Verdict {
+    fn judge(&self, task: &GenTask, trajectory: &[Message]) -> Verdict {
         let mut turn_scores = Vec::with_capacity(task.checklists.len());
         let mut details = Vec::new();
         for checklist in &task.checklists {

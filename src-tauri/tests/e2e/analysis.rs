@@ -96,7 +96,7 @@ fn scripted_group_run(store_path: &Path) -> RunId {
         let turns: Vec<&str> = task
             .oracle
             .iter()
-            .filter(|m| m.role == envace::tasks::Role::Assistant)
+            .filter(|m| m.role == envace::chat::Role::Assistant)
             .map(|m| m.content.as_str())
             .collect();
         match (request.episode_idx % 2, request.turn_idx) {

@@ -6,6 +6,7 @@
 //! escaping), `raise_exception`, `strftime_now`, and Python string and dict methods (`startswith`, `split`,
 //! `items`, ...). This module gives minijinja the same, so that renderings are byte-identical.
 
+mod message;
 mod tool_call;
 
 use std::path::Path;
@@ -17,6 +18,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::model::Gguf;
 
+pub use message::{Message, Role};
 pub use tool_call::{
     CLOSE_TAG, OPEN_TAG, ToolCall, ToolCallError, ToolCallErrorKind, TurnParse, parse_tool_calls,
 };

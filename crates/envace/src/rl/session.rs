@@ -19,6 +19,7 @@ use std::sync::Arc;
 use candle_core::Device;
 use serde::{Deserialize, Serialize};
 
+use crate::chat;
 use crate::chat::ChatTemplate;
 use crate::config::{
     Domain, ExperimentConfig, InitConfig, JudgeKind, ModelSource, TaskSplit, ToolResponseMode,
@@ -250,7 +251,7 @@ fn tokenizer_corpus(tasks: &[Arc<GenTask>], sources: &GenSources) -> Result<Vec<
         }
         for message in &task.oracle {
             corpus.push(message.content.clone());
-            if message.role == tasks::Role::Tool {
+            if message.role == chat::Role::Tool {
                 let value = serde_json::from_str(&message.content)
                     .unwrap_or(serde_json::Value::String(message.content.clone()));
                 corpus.push(execution_result_block(

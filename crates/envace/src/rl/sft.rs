@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::chat;
 use crate::config::Role;
 use crate::error::{Error, Result};
 use crate::eval::episodes::episode_specs;
@@ -96,7 +97,7 @@ fn wrong_call(
     let calls: Vec<tasks::Call> = task
         .oracle
         .iter()
-        .filter(|m| m.role == tasks::Role::Assistant)
+        .filter(|m| m.role == chat::Role::Assistant)
         .flat_map(|m| tasks::parse_tool_calls(&m.content))
         .filter_map(std::result::Result::ok)
         .collect();
@@ -172,7 +173,7 @@ impl OracleAttempt {
         let mut answer = String::new();
         for message in &task.oracle {
             match message.role {
-                tasks::Role::Assistant => {
+                chat::Role::Assistant => {
                     pending = tasks::parse_tool_calls(&message.content)
                         .into_iter()
                         .filter_map(std::result::Result::ok)
@@ -182,7 +183,7 @@ impl OracleAttempt {
                         answer = message.content.trim().to_owned();
                     }
                 }
-                tasks::Role::Tool => {
+                chat::Role::Tool => {
                     if let Some(call) = pending.pop() {
                         // Shown as the agent reads it, as test-time memories show responses.
                         let response = serde_json::from_str(&message.content)
@@ -190,7 +191,7 @@ impl OracleAttempt {
                         calls.push((call.name, call.arguments.to_string(), response));
                     }
                 }
-                tasks::Role::User => {}
+                chat::Role::System | chat::Role::User => {}
             }
         }
         OracleAttempt { calls, answer }
@@ -340,15 +341,15 @@ fn memory_items(
             let mut mistaken = (**task).clone();
             mistaken.oracle.insert(
                 1,
-                tasks::ChatMessage {
-                    role: tasks::Role::Assistant,
+                chat::Message {
+                    role: chat::Role::Assistant,
                     content: call.to_block(),
                 },
             );
             mistaken.oracle.insert(
                 2,
-                tasks::ChatMessage {
-                    role: tasks::Role::Tool,
+                chat::Message {
+                    role: chat::Role::Tool,
                     content: render_for_agent(&response),
                 },
             );
@@ -723,7 +724,7 @@ mod tests {
         let tool = task
             .oracle
             .iter()
-            .find(|m| m.role == tasks::Role::Tool)
+            .find(|m| m.role == chat::Role::Tool)
             .unwrap();
         let shown = render_for_agent(&serde_json::from_str(&tool.content).unwrap());
         assert!(

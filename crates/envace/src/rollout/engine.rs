@@ -6,25 +6,24 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::chat::{ChatTemplate, parse_tool_calls};
+use crate::chat::{self, Message, parse_tool_calls};
 use crate::config::{ExperimentConfig, Role, ToolPrompt, ToolResponseMode};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::fidelity;
 use crate::judge::{EpisodeJudge, Verdict};
-use crate::model::{Policy, Sampling};
 use crate::rehearse::{
     CallUnderTest, INVALID_TOOL_CALL_FORMAT, RehearseInput, ResponseCache, ends_trajectory,
     error_code, error_json, outcome_json, parse_execution_result, rehearse_messages,
     render_for_agent,
 };
 use crate::rng::Rng;
-use crate::tasks::{self, GenTask};
-use crate::tokenize::{self, Tokenizer};
+use crate::tasks::GenTask;
 
+use super::codec::TokenCodec;
+use super::generators::{GenRequest, Generator};
 use super::record::{
-    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, Message, ResponseSource, Sample,
-    TurnRecord,
+    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, ResponseSource, Sample, TurnRecord,
 };
 
 /// The error code recorded for a call the external simulator could not answer (the episode is
@@ -33,304 +32,6 @@ pub const SIMULATOR_UNAVAILABLE: &str = "SIMULATOR_UNAVAILABLE";
 
 /// The error code of a call over the per-turn limit.
 pub const TOO_MANY_TOOL_CALLS: &str = "TOO_MANY_TOOL_CALLS";
-
-/// A tokenizer with the chat template and stop tokens the engine renders and cuts with.
-#[derive(Debug)]
-pub struct TokenCodec {
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
-    stop_ids: Vec<u32>,
-    eos_text: String,
-}
-
-impl TokenCodec {
-    /// A codec; `stop_tokens` (at least one, e.g. `<|im_end|>`) end a generation, the first
-    /// one is what the template writes after each message.
-    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, stop_tokens: &[&str]) -> Result<Self> {
-        let Some(first) = stop_tokens.first() else {
-            return Err(Error::Data {
-                source_name: "token codec".to_owned(),
-                message: "needs at least one stop token, e.g. <|im_end|>".to_owned(),
-            });
-        };
-        let stop_ids = stop_tokens
-            .iter()
-            .map(|token| tokenize::token_id(&tokenizer, token))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(TokenCodec {
-            tokenizer,
-            template,
-            stop_ids,
-            eos_text: (*first).to_owned(),
-        })
-    }
-
-    /// The ids of `text`.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        tokenize::encode(&self.tokenizer, text)
-    }
-
-    /// The text of `ids`, special tokens included.
-    pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        tokenize::decode(&self.tokenizer, ids)
-    }
-
-    /// The tokens that end a generation.
-    pub fn stop_ids(&self) -> &[u32] {
-        &self.stop_ids
-    }
-
-    /// Renders chat messages with the template.
-    pub fn render(
-        &self,
-        messages: &[Value],
-        tools: &[Value],
-        add_generation_prompt: bool,
-    ) -> Result<String> {
-        self.template.render(messages, tools, add_generation_prompt)
-    }
-
-    /// The tokenizer.
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-}
-
-/// One generation the engine asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenRequest {
-    /// Acting or rehearsing.
-    pub role: Role,
-    /// The (left-truncated) context.
-    pub prompt: Vec<u32>,
-    /// Token limit of the answer.
-    pub max_new_tokens: usize,
-    /// Sampling seed.
-    pub seed: u64,
-    /// The episode asking, within its batch.
-    pub episode_idx: usize,
-    /// The assistant turn.
-    pub turn_idx: usize,
-    /// For rehearse requests, the call within the turn.
-    pub call_idx: Option<usize>,
-    /// For rehearse requests of well-formed calls, the tool and arguments (what an oracle
-    /// simulator answers from; a model reads them from the prompt).
-    pub rehearse_call: Option<(String, Value)>,
-}
-
-/// A generation: new tokens (the stop token included when reached) and their log-probabilities.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GenOutput {
-    /// The new tokens.
-    pub tokens: Vec<u32>,
-    /// Log-probability of each new token under the generating policy.
-    pub logprobs: Vec<f32>,
-}
-
-/// Whatever produces tokens for the engine: the policy, or a deterministic stand-in.
-pub trait Generator {
-    /// Answers every request, in order.
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>>;
-}
-
-/// The policy as a generator: all requests in one left-padded batch.
-#[derive(Debug, Clone)]
-pub struct PolicyGenerator {
-    /// The model.
-    pub policy: Policy,
-    /// Temperature, top-p and top-k; the seed comes from the requests.
-    pub sampling: Sampling,
-    /// Most requests generated together.
-    pub max_batch: usize,
-}
-
-impl Generator for PolicyGenerator {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
-        let mut out = Vec::with_capacity(requests.len());
-        for chunk in requests.chunks(self.max_batch.max(1)) {
-            let prompts: Vec<Vec<u32>> = chunk.iter().map(|r| r.prompt.clone()).collect();
-            let max_new = chunk.iter().map(|r| r.max_new_tokens).max().unwrap_or(0);
-            let sampling = Sampling {
-                seed: chunk.first().map_or(0, |r| r.seed),
-                ..self.sampling.clone()
-            };
-            let generated = self
-                .policy
-                .generate(&prompts, max_new, codec.stop_ids(), &sampling)?;
-            for (request, mut g) in chunk.iter().zip(generated) {
-                g.tokens.truncate(request.max_new_tokens);
-                g.logprobs.truncate(request.max_new_tokens);
-                out.push(GenOutput {
-                    tokens: g.tokens,
-                    logprobs: g.logprobs,
-                });
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// A deterministic stand-in for the model: a function from the request and its decoded
-/// prompt to the text to emit (followed by the first stop token, log-probability 0). Used by
-/// tests and benchmarks to drive every branch of the real engine.
-pub struct Scripted<F> {
-    script: F,
-}
-
-impl<F> Scripted<F>
-where
-    F: FnMut(&GenRequest, &str) -> String,
-{
-    /// A generator that answers with `script(request, prompt_text)`.
-    pub fn new(script: F) -> Self {
-        Scripted { script }
-    }
-}
-
-impl<F> std::fmt::Debug for Scripted<F> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Scripted")
-    }
-}
-
-impl<F> Generator for Scripted<F>
-where
-    F: FnMut(&GenRequest, &str) -> String,
-{
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
-        requests
-            .iter()
-            .map(|request| {
-                let prompt = codec.decode(&request.prompt)?;
-                let text = (self.script)(request, &prompt);
-                let mut tokens = codec.encode(&text)?;
-                tokens.truncate(request.max_new_tokens);
-                if tokens.len() < request.max_new_tokens
-                    && let Some(&stop) = codec.stop_ids().first()
-                {
-                    tokens.push(stop);
-                }
-                let logprobs = vec![0.0; tokens.len()];
-                Ok(GenOutput { tokens, logprobs })
-            })
-            .collect()
-    }
-}
-
-/// The oracle acting: episode `i` of the batch replays the assistant turns of `tasks[i]`'s
-/// oracle trajectory (the SFT targets of the Act role).
-#[derive(Debug, Clone)]
-pub struct OracleActor {
-    turns: Vec<Vec<String>>,
-}
-
-impl OracleActor {
-    /// An actor for a batch whose episode `i` runs `tasks[i]`.
-    pub fn new(tasks: &[Arc<GenTask>]) -> Self {
-        OracleActor {
-            turns: tasks
-                .iter()
-                .map(|task| {
-                    task.oracle
-                        .iter()
-                        .filter(|m| m.role == tasks::Role::Assistant)
-                        .map(|m| m.content.clone())
-                        .collect()
-                })
-                .collect(),
-        }
-    }
-}
-
-impl Generator for OracleActor {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
-        let turns = &self.turns;
-        Scripted::new(|request: &GenRequest, _: &str| {
-            turns
-                .get(request.episode_idx)
-                .and_then(|t| t.get(request.turn_idx))
-                .cloned()
-                .unwrap_or_default()
-        })
-        .generate(codec, requests)
-    }
-}
-
-/// The real environment playing the simulator: each episode's calls run in order on its own
-/// environment and are answered with the exact rehearse block (the SFT targets of the
-/// Rehearse role, and the perfect simulator fidelity is measured against).
-#[derive(Debug)]
-pub struct RealRehearser {
-    envs: Vec<Box<dyn Environment>>,
-}
-
-impl RealRehearser {
-    /// A rehearser for a batch whose episode `i` starts from `envs[i]`.
-    pub fn new(envs: Vec<Box<dyn Environment>>) -> Self {
-        RealRehearser { envs }
-    }
-}
-
-impl Generator for RealRehearser {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
-        let envs = &mut self.envs;
-        Scripted::new(|request: &GenRequest, _: &str| {
-            let answer = match (&request.rehearse_call, envs.get_mut(request.episode_idx)) {
-                (Some((name, arguments)), Some(env)) => outcome_json(&env.call(name, arguments)),
-                _ => error_json(
-                    INVALID_TOOL_CALL_FORMAT,
-                    "the call is not a well-formed tool call",
-                ),
-            };
-            crate::rehearse::execution_result_block(&answer)
-        })
-        .generate(codec, requests)
-    }
-}
-
-/// Separate generators per role: e.g. a frozen caller acting while the policy rehearses.
-pub struct RoleRouter<'a> {
-    /// Answers Act requests.
-    pub act: &'a mut dyn Generator,
-    /// Answers Rehearse requests.
-    pub rehearse: &'a mut dyn Generator,
-}
-
-impl std::fmt::Debug for RoleRouter<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RoleRouter")
-    }
-}
-
-impl Generator for RoleRouter<'_> {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
-        let (act, rehearse): (Vec<_>, Vec<_>) = requests
-            .iter()
-            .enumerate()
-            .partition(|(_, r)| r.role == Role::Act);
-        let act_requests: Vec<GenRequest> = act.iter().map(|(_, r)| (*r).clone()).collect();
-        let rehearse_requests: Vec<GenRequest> =
-            rehearse.iter().map(|(_, r)| (*r).clone()).collect();
-        let act_out = if act_requests.is_empty() {
-            Vec::new()
-        } else {
-            self.act.generate(codec, &act_requests)?
-        };
-        let rehearse_out = if rehearse_requests.is_empty() {
-            Vec::new()
-        } else {
-            self.rehearse.generate(codec, &rehearse_requests)?
-        };
-        let mut out = vec![GenOutput::default(); requests.len()];
-        for ((idx, _), g) in act.iter().zip(act_out) {
-            out[*idx] = g;
-        }
-        for ((idx, _), g) in rehearse.iter().zip(rehearse_out) {
-            out[*idx] = g;
-        }
-        Ok(out)
-    }
-}
 
 /// An external simulator: answers a rehearse prompt (chat messages) with text, or fails with
 /// a reason (the episode is then masked).
@@ -1015,8 +716,8 @@ fn finish_turn(
         live.act.push(&[stop], Label::Injected);
     }
     let tail = before
-        .rfind(&codec.eos_text)
-        .map_or("", |at| &before[at + codec.eos_text.len()..]);
+        .rfind(codec.eos_text())
+        .map_or("", |at| &before[at + codec.eos_text().len()..]);
     let injected = codec.encode(&format!("{tail}{delta}"))?;
     live.act.push(&injected, Label::Injected);
     Ok(())
@@ -1031,7 +732,9 @@ fn judge_episode(
         .messages
         .iter()
         .map(|m| Message {
-            role: m["role"].as_str().unwrap_or_default().to_owned(),
+            // The engine only builds system, user, assistant and tool turns.
+            role: chat::Role::parse(m["role"].as_str().unwrap_or_default())
+                .unwrap_or(chat::Role::User),
             content: m["content"].as_str().unwrap_or_default().to_owned(),
         })
         .collect();
@@ -1039,20 +742,11 @@ fn judge_episode(
     let (reward, mask_reason, detail) = match &end {
         EndReason::Fault { reason } => (None, Some(reason.clone()), Value::Null),
         _ => {
-            let trajectory: Vec<tasks::ChatMessage> = messages
+            // Judges read the conversation after the system turn.
+            let trajectory: Vec<Message> = messages
                 .iter()
-                .filter_map(|m| {
-                    let role = match m.role.as_str() {
-                        "user" => tasks::Role::User,
-                        "assistant" => tasks::Role::Assistant,
-                        "tool" => tasks::Role::Tool,
-                        _ => return None,
-                    };
-                    Some(tasks::ChatMessage {
-                        role,
-                        content: m.content.clone(),
-                    })
-                })
+                .filter(|m| m.role != chat::Role::System)
+                .cloned()
                 .collect();
             match judge.judge(&live.spec.task, &trajectory) {
                 Verdict::Scored { score, detail } => (Some(score), None, detail),

@@ -28,17 +28,23 @@
 //! truncation); each sample records the window every generation saw, so a trainer recomputes
 //! log-probabilities over the same context.
 
+mod codec;
 mod engine;
+mod generators;
 mod record;
 
+pub use codec::TokenCodec;
 pub use engine::{
-    EpisodeSpec, GenOutput, GenRequest, Generator, OracleActor, PolicyGenerator, RealRehearser,
-    ResponseMode, RoleRouter, RolloutSettings, SIMULATOR_UNAVAILABLE, Scripted, Simulator,
-    TOO_MANY_TOOL_CALLS, TokenCodec, run_batch,
+    EpisodeSpec, ResponseMode, RolloutSettings, SIMULATOR_UNAVAILABLE, Simulator,
+    TOO_MANY_TOOL_CALLS, run_batch,
+};
+pub use generators::{
+    GenOutput, GenRequest, Generator, OracleActor, PolicyGenerator, RealRehearser, RoleRouter,
+    Scripted,
 };
 pub use record::{
-    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, Message, ResponseSource, Sample,
-    TurnRecord, fidelity_rows, load_episodes, record_episodes,
+    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, ResponseSource, Sample, TurnRecord,
+    fidelity_rows, load_episodes, record_episodes,
 };
 
 /// An OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a llama.cpp server, `envace

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::chat::Message;
 use crate::config::Role;
 use crate::error::{Error, Result};
 use crate::fidelity::Scores;
@@ -181,15 +182,6 @@ impl<'de> Deserialize<'de> for Sample {
             call: stored.call,
         })
     }
-}
-
-/// A chat message of the acting conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    /// The text exactly as the model sees it.
-    pub content: String,
 }
 
 /// Who answered a tool call.

@@ -9,7 +9,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Call, ChatMessage, Checklist, Role, Rule};
+use super::{Call, Checklist, Message, Role, Rule};
 
 /// The verdict on one standard.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -86,7 +86,7 @@ pub fn parse_tool_calls(text: &str) -> Vec<Result<Call, String>> {
 }
 
 /// The final answer: the last assistant message without tool calls, `<think>` stripped.
-pub fn final_answer(trajectory: &[ChatMessage]) -> Option<String> {
+pub fn final_answer(trajectory: &[Message]) -> Option<String> {
     let last = trajectory
         .iter()
         .rev()
@@ -179,7 +179,7 @@ fn assign_calls<'a>(
 /// trajectory (`None` when unknown: every state standard then fails, saying so).
 pub fn judge(
     checklists: &[Checklist],
-    trajectory: &[ChatMessage],
+    trajectory: &[Message],
     state_hash: Option<&str>,
     max_turns: usize,
 ) -> JudgeReport {

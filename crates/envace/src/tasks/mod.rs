@@ -58,6 +58,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::chat::{Message, Role};
 use crate::config::{Domain, TaskSplit};
 use crate::env::tau2::Tau2Domain;
 use crate::env::{Environment, render_outcome};
@@ -131,27 +132,6 @@ pub struct Checklist {
     pub standards: Vec<Standard>,
 }
 
-/// Who sent a chat message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// The user's request.
-    User,
-    /// The agent: text and `<tool_call>` blocks.
-    Assistant,
-    /// A rendered tool response.
-    Tool,
-}
-
-/// One chat message of a trajectory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChatMessage {
-    /// Sender.
-    pub role: Role,
-    /// The text exactly as the model sees it.
-    pub content: String,
-}
-
 /// A tool call: name and arguments.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Call {
@@ -202,7 +182,7 @@ pub struct GenTask {
     /// The checklists (one: generated tasks are single requests).
     pub checklists: Vec<Checklist>,
     /// The oracle trajectory: the request, assistant turns, tool responses, final answer.
-    pub oracle: Vec<ChatMessage>,
+    pub oracle: Vec<Message>,
     /// Entities the task names or reads, as `kind:id` (`user:…`, `order:…`, `product:…`,
     /// `reservation:…`, `flight:…`, `value:…`), sorted.
     pub touched: Vec<String>,
@@ -376,7 +356,7 @@ impl Runner {
 
     /// Replays the `<tool_call>` blocks of a trajectory's assistant messages from the initial
     /// state.
-    pub fn replay(&mut self, trajectory: &[ChatMessage]) -> Replay {
+    pub fn replay(&mut self, trajectory: &[Message]) -> Replay {
         let calls: Vec<Result<Call, String>> = trajectory
             .iter()
             .filter(|m| m.role == Role::Assistant)
@@ -393,7 +373,7 @@ impl Runner {
     }
 
     /// Replays a trajectory and judges it against a task's checklists.
-    pub fn judge(&mut self, task: &GenTask, trajectory: &[ChatMessage]) -> JudgeReport {
+    pub fn judge(&mut self, task: &GenTask, trajectory: &[Message]) -> JudgeReport {
         let replay = self.replay(trajectory);
         judge(&task.checklists, trajectory, Some(&replay.state_hash), 1)
     }
@@ -499,13 +479,13 @@ fn build(
     let calls: Vec<Result<Call, String>> = plan.turns.iter().flatten().cloned().map(Ok).collect();
     let (responses, final_hash) = runner.run(&calls);
     let mut responses = responses.into_iter();
-    let mut oracle = vec![ChatMessage {
+    let mut oracle = vec![Message {
         role: Role::User,
         content: plan.request.clone(),
     }];
     for turn in &plan.turns {
         let blocks: Vec<String> = turn.iter().map(Call::to_block).collect();
-        oracle.push(ChatMessage {
+        oracle.push(Message {
             role: Role::Assistant,
             content: blocks.join("\n"),
         });
@@ -520,13 +500,13 @@ fn build(
                 }
                 None => String::new(),
             };
-            oracle.push(ChatMessage {
+            oracle.push(Message {
                 role: Role::Tool,
                 content,
             });
         }
     }
-    oracle.push(ChatMessage {
+    oracle.push(Message {
         role: Role::Assistant,
         content: plan.answer.clone(),
     });

@@ -40,7 +40,7 @@ fn request(episode: &EpisodeRecord) -> &str {
     &episode
         .messages
         .iter()
-        .find(|m| m.role == "user")
+        .find(|m| m.role == envace::chat::Role::User)
         .unwrap()
         .content
 }
@@ -50,7 +50,7 @@ fn memory(episode: &EpisodeRecord) -> Option<&str> {
     episode
         .messages
         .iter()
-        .filter(|m| m.role == "user")
+        .filter(|m| m.role == envace::chat::Role::User)
         .nth(1)
         .map(|m| m.content.as_str())
 }

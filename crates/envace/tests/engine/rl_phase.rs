@@ -21,7 +21,7 @@ use envace::rl::pad_batch;
 use envace::rl::session::{Session, load_sources, task_pool};
 use envace::rollout::{GenRequest, Scripted};
 use envace::store::{RunWriter, Store};
-use envace::tasks::{self, GenTask};
+use envace::tasks::GenTask;
 
 const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
@@ -70,7 +70,7 @@ fn oracle_turn(pool: &[Arc<GenTask>], prompt: &str, turn_idx: usize) -> Option<S
     let task = pool.iter().find(|t| prompt.contains(&t.request))?;
     task.oracle
         .iter()
-        .filter(|m| m.role == tasks::Role::Assistant)
+        .filter(|m| m.role == envace::chat::Role::Assistant)
         .nth(turn_idx)
         .map(|m| m.content.clone())
 }

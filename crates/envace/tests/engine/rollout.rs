@@ -352,7 +352,10 @@ fn every_unreadable_rehearsal_ends_the_episode_with_its_code() {
         let scores = call.scores.unwrap();
         assert!(!scores.valid_json && !scores.outcome_agrees);
         // The tool message shows the error to the record; no further act turn is generated.
-        assert_eq!(episode.messages.last().unwrap().role, "tool");
+        assert_eq!(
+            episode.messages.last().unwrap().role,
+            envace::chat::Role::Tool
+        );
         assert!(episode.reward.is_some(), "an ended episode is still judged");
     }
 }

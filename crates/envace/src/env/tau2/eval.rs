@@ -25,32 +25,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::chat::{Role, ToolCall};
 use crate::env::{Environment, ToolOutcome};
 use crate::error::{Error, Result};
 
 use super::task::{Action, RewardType, Task};
 use super::{Tau2Domain, Tau2Env};
-
-/// Who sent a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// The agent.
-    Assistant,
-    /// The (simulated) user.
-    User,
-    /// A tool response.
-    Tool,
-}
-
-/// A tool call made in a conversation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolCall {
-    /// Tool name.
-    pub name: String,
-    /// Arguments.
-    pub arguments: Map<String, Value>,
-}
 
 /// One message of a trajectory, as far as grading needs it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -3,11 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use envace::chat::{Message, Role};
 use envace::config::{Domain, TaskSplit};
 use envace::env::render_outcome;
 use envace::tasks::{
-    ChatMessage, GenConfig, GenTask, Role, Rule, Runner, digest, families, fresh_env, generate,
-    judge, parse_tool_calls, split_name, split_of,
+    GenConfig, GenTask, Rule, Runner, digest, families, fresh_env, generate, judge,
+    parse_tool_calls, split_name, split_of,
 };
 use serde_json::Value;
 
@@ -32,7 +33,7 @@ fn tasks(domain: Domain, seed: u64, split: TaskSplit, n_per_difficulty: usize) -
 }
 
 /// The tool messages of a trajectory, in order.
-fn tool_messages(trajectory: &[ChatMessage]) -> Vec<String> {
+fn tool_messages(trajectory: &[Message]) -> Vec<String> {
     trajectory
         .iter()
         .filter(|m| m.role == Role::Tool)

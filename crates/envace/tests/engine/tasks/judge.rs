@@ -1,6 +1,7 @@
 //! The rule judge's parts: tool-call parsing, final answers and the episode score formula.
 
-use envace::tasks::{ChatMessage, Role, episode_score, final_answer, parse_tool_calls};
+use envace::chat::{Message, Role};
+use envace::tasks::{episode_score, final_answer, parse_tool_calls};
 use expect_test::{Expect, expect};
 
 fn check_parse(text: &str, expect: Expect) {
@@ -41,7 +42,7 @@ fn tool_calls_are_parsed_in_order_and_bad_blocks_are_data() {
 
 #[test]
 fn the_final_answer_is_the_last_assistant_text_without_calls() {
-    let msg = |role, content: &str| ChatMessage {
+    let msg = |role, content: &str| Message {
         role,
         content: content.to_owned(),
     };
@@ -133,28 +134,28 @@ fn add_checklist(calls: &[(i64, i64)], fact: &str) -> envace::tasks::Checklist {
 }
 
 /// A trajectory making `calls` in one turn, then answering `answer`.
-fn add_trajectory(calls: &[(i64, i64)], answer: &str) -> Vec<ChatMessage> {
+fn add_trajectory(calls: &[(i64, i64)], answer: &str) -> Vec<Message> {
     let blocks: Vec<String> = calls
         .iter()
         .map(|(a, b)| {
             format!("<tool_call>\n{{\"name\": \"add\", \"arguments\": {{\"a\": {a}, \"b\": {b}}}}}\n</tool_call>")
         })
         .collect();
-    let mut out = vec![ChatMessage {
+    let mut out = vec![Message {
         role: Role::User,
         content: "What is 379 + 28?".to_owned(),
     }];
     if !blocks.is_empty() {
-        out.push(ChatMessage {
+        out.push(Message {
             role: Role::Assistant,
             content: blocks.join("\n"),
         });
-        out.push(ChatMessage {
+        out.push(Message {
             role: Role::Tool,
             content: "407".to_owned(),
         });
     }
-    out.push(ChatMessage {
+    out.push(Message {
         role: Role::Assistant,
         content: answer.to_owned(),
     });

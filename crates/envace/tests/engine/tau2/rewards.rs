@@ -4,9 +4,10 @@
 //! of airline task 7 and retail tasks 0 and 33 were also obtained from the reference evaluators
 //! (`EnvironmentEvaluator`, `CommunicateEvaluator`, `ActionEvaluator` at the fixtures' commit).
 
+use envace::chat::ToolCall;
 use envace::env::tau2::eval::{
-    Message, Reward, ToolCall, action_matches, evaluate, gold_trajectory, is_successful,
-    pass_hat_k, pass_hat_ks, py_eq,
+    Message, Reward, action_matches, evaluate, gold_trajectory, is_successful, pass_hat_k,
+    pass_hat_ks, py_eq,
 };
 use envace::env::tau2::{Action, RewardType, Task};
 use serde_json::{Map, Value, json};

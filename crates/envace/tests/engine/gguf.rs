@@ -13,22 +13,6 @@ use envace::tokenize;
 use expect_test::expect;
 use serde_json::json;
 
-/// Runs one test body per compiled device: the CPU always, CUDA in `--features cuda` builds.
-macro_rules! test_device {
-    ($body:ident, $cpu:ident, $cuda:ident) => {
-        #[test]
-        fn $cpu() {
-            $body(&Device::Cpu);
-        }
-
-        #[cfg(feature = "cuda")]
-        #[test]
-        fn $cuda() {
-            $body(&Device::new_cuda(0).unwrap());
-        }
-    };
-}
-
 /// The cached file, or a failure that names it and `cargo xtask setup`.
 fn require(found: envace::Result<PathBuf>) -> PathBuf {
     found.unwrap_or_else(|e| panic!("{e}"))

@@ -3,6 +3,22 @@
 //! per suite, each linking candle, tokenizers and rmcp again.
 #![allow(clippy::unwrap_used)] // Test code may unwrap: a panic here is the test failing.
 
+/// Runs one test body per compiled device: the CPU always, CUDA in `--features cuda` builds.
+macro_rules! test_device {
+    ($body:ident, $cpu:ident, $cuda:ident) => {
+        #[test]
+        fn $cpu() {
+            $body(&candle_core::Device::Cpu);
+        }
+
+        #[cfg(feature = "cuda")]
+        #[test]
+        fn $cuda() {
+            $body(&candle_core::Device::new_cuda(0).unwrap());
+        }
+    };
+}
+
 mod chat;
 mod config;
 mod endpoints;

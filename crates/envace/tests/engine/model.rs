@@ -15,22 +15,6 @@ use envace::config::{self, Architecture};
 use envace::model::{self, KvCache, Policy, RopeScaling, Sampling, TransformerConfig};
 use expect_test::expect;
 
-/// Runs one test body per compiled device: the CPU always, CUDA in `--features cuda` builds.
-macro_rules! test_device {
-    ($body:ident, $cpu:ident, $cuda:ident) => {
-        #[test]
-        fn $cpu() {
-            $body(&Device::Cpu);
-        }
-
-        #[cfg(feature = "cuda")]
-        #[test]
-        fn $cuda() {
-            $body(&Device::new_cuda(0).unwrap());
-        }
-    };
-}
-
 /// A deterministic generator for test data.
 struct Rng(u64);
 

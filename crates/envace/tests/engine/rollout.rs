@@ -6,14 +6,12 @@
 //! through the run store and back intact.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Device};
 use envace::chat::ChatTemplate;
 use envace::config::{Domain, Role, TaskSplit, TinyModelConfig, ToolPrompt};
 use envace::env::Environment;
-use envace::env::tau2::{DomainKind, Tau2Domain};
 use envace::judge::RuleJudge;
 use envace::model::{Policy, Sampling, TransformerConfig};
 use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
@@ -27,16 +25,9 @@ use envace::tasks::{self, GenConfig, GenSources, GenTask};
 use envace::tokenize;
 use serde_json::{Value, json};
 
-fn data_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/benchmarks/tau2-bench")
-}
-
+/// The τ²-bench domains (shared with the task suite).
 fn sources() -> &'static GenSources {
-    static SOURCES: OnceLock<GenSources> = OnceLock::new();
-    SOURCES.get_or_init(|| GenSources {
-        retail: Some(Tau2Domain::load(DomainKind::Retail, data_root().join("retail")).unwrap()),
-        airline: None,
-    })
+    super::tasks::sources()
 }
 
 fn gen_tasks(domain: Domain, difficulty: u32, n_tasks: usize) -> Vec<Arc<GenTask>> {

@@ -26,7 +26,7 @@ pub fn data_root() -> PathBuf {
     root
 }
 
-/// The retail domain, loaded once per test binary.
+/// The retail domain, loaded once per test binary (the task and rollout suites share it).
 pub fn retail() -> &'static Arc<Tau2Domain> {
     static DOMAIN: OnceLock<Arc<Tau2Domain>> = OnceLock::new();
     DOMAIN.get_or_init(|| Tau2Domain::load(DomainKind::Retail, data_root().join("retail")).unwrap())

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::{Call, Fact, Plan, Rng, fill, split_of};
+use super::{Call, Fact, Plan, Rng, capitalise, pick_text, split_of};
 use crate::config::TaskSplit;
 use crate::env::{Environment, ErrorCode, ToolFailure, ToolOutcome, ToolSet, ToolSpec, pyjson};
 use crate::error::Result;
@@ -457,7 +457,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     let e = rng.range(2, 4);
                     (
                         Call::new("power", vec![("base", json!(b)), ("exponent", json!(e))]),
-                        pick(
+                        pick_text(
                             rng,
                             &["{b} to the power of {e}", "{b}^{e}", "{b} raised to {e}"],
                             &[("b", b.to_string()), ("e", e.to_string())],
@@ -467,17 +467,17 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                 _ => (
                     Call::new(op, vec![("a", json!(a)), ("b", json!(b))]),
                     match op {
-                        "add" => pick(
+                        "add" => pick_text(
                             rng,
                             &["{a} plus {b}", "the sum of {a} and {b}", "{a} + {b}"],
                             &[("a", a.to_string()), ("b", b.to_string())],
                         ),
-                        "subtract" => pick(
+                        "subtract" => pick_text(
                             rng,
                             &["{a} minus {b}", "{b} subtracted from {a}", "{a} - {b}"],
                             &[("a", a.to_string()), ("b", b.to_string())],
                         ),
-                        _ => pick(
+                        _ => pick_text(
                             rng,
                             &["{a} times {b}", "the product of {a} and {b}", "{a} * {b}"],
                             &[("a", a.to_string()), ("b", b.to_string())],
@@ -509,7 +509,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                             ("to_unit", json!(to)),
                         ],
                     ),
-                    pick(
+                    pick_text(
                         rng,
                         &[
                             "{v} {f} in {t}",
@@ -539,7 +539,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                             ("to_unit", json!(to)),
                         ],
                     ),
-                    pick(
+                    pick_text(
                         rng,
                         &[
                             "{v} degrees {f} in {t}",
@@ -564,12 +564,12 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
             });
             let op = *rng.pick(&["reverse_string", "count_vowels", "to_uppercase"])?;
             let q = match op {
-                "reverse_string" => pick(
+                "reverse_string" => pick_text(
                     rng,
                     &["the text \"{w}\" reversed", "\"{w}\" spelled backwards"],
                     &[("w", word.clone())],
                 ),
-                "count_vowels" => pick(
+                "count_vowels" => pick_text(
                     rng,
                     &[
                         "the number of vowels in \"{w}\"",
@@ -577,7 +577,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     ],
                     &[("w", word.clone())],
                 ),
-                _ => pick(
+                _ => pick_text(
                     rng,
                     &["\"{w}\" in upper case", "\"{w}\" in capitals"],
                     &[("w", word.clone())],
@@ -629,7 +629,7 @@ fn named_units_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
             ("to_unit", json!(to)),
         ],
     );
-    let question = pick(
+    let question = pick_text(
         rng,
         &[
             "{v} {f} in {t}",
@@ -672,7 +672,7 @@ fn date_item(
                     "days_between",
                     vec![("start_date", json!(start)), ("end_date", json!(end))],
                 ),
-                pick(
+                pick_text(
                     rng,
                     &[
                         "the number of days from {s} to {e}",
@@ -690,7 +690,7 @@ fn date_item(
                     "add_days",
                     vec![("date", json!(start)), ("days", json!(days))],
                 ),
-                pick(
+                pick_text(
                     rng,
                     &["the date {n} days after {s}", "{s} plus {n} days"],
                     &[("s", start_text), ("n", days.to_string())],
@@ -700,7 +700,7 @@ fn date_item(
         }
         _ => (
             Call::new("day_of_week", vec![("date", json!(start))]),
-            pick(
+            pick_text(
                 rng,
                 &["the weekday of {s}", "which day of the week {s} was"],
                 &[("s", start_text)],
@@ -716,10 +716,6 @@ fn shown_plain(value: &Value) -> String {
         Value::String(text) => text.clone(),
         other => shown(other),
     }
-}
-
-fn pick(rng: &mut Rng, templates: &[&str], slots: &[(&str, String)]) -> String {
-    fill(rng.pick(templates).copied().unwrap_or(""), slots)
 }
 
 const OPENERS: [&str; 6] = [
@@ -845,7 +841,7 @@ fn plan_of(
         [rest @ .., last] => format!("{}, and {last}", rest.join(", ")),
         [] => return None,
     };
-    let mut request = pick(rng, &OPENERS, &[("q", joined)]);
+    let mut request = pick_text(rng, &OPENERS, &[("q", joined)]);
     if difficulty == 2 {
         let aside = *rng.pick(&[
             "I'm preparing a report for tomorrow.",
@@ -872,7 +868,7 @@ fn plan_of(
         "{}.",
         items
             .iter()
-            .map(|i| capitalise_first(&i.answer_text))
+            .map(|i| capitalise(&i.answer_text))
             .collect::<Vec<_>>()
             .join(". ")
     );
@@ -890,14 +886,6 @@ fn plan_of(
         check_state: false,
         touched,
     })
-}
-
-fn capitalise_first(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
 }
 
 /// The functions family names with their difficulty.

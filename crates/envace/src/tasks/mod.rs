@@ -662,6 +662,53 @@ pub(crate) fn allowed_families<'a, T>(
         .collect()
 }
 
+/// The family names of a table of `(name, lowest difficulty, planner)` rows.
+pub(crate) fn family_names<T>(table: &[(&'static str, u32, T)]) -> Vec<(&'static str, u32)> {
+    table.iter().map(|(name, d, _)| (*name, *d)).collect()
+}
+
+/// Draws a family of `table` allowed at this difficulty (or among `families`) and plans a task
+/// with it (`plan_with` returns `None` when the sample does not fit), drawing again until one
+/// fits; `what` names the table in the error after 500 draws.
+pub(crate) fn plan_from_table<T>(
+    table: &[(&'static str, u32, T)],
+    what: &str,
+    difficulty: u32,
+    families: &[String],
+    rng: &mut Rng,
+    mut plan_with: impl FnMut(&T, &mut Rng) -> Option<Plan>,
+) -> Result<Plan> {
+    let allowed = allowed_families(table, difficulty, families);
+    for _ in 0..500 {
+        let Some((_, _, family)) = rng.pick(&allowed) else {
+            break;
+        };
+        if let Some(plan) = plan_with(family, rng) {
+            return Ok(plan);
+        }
+    }
+    Err(Error::TaskGen {
+        what: what.to_owned(),
+        message: format!(
+            "no task fits after 500 draws at difficulty {difficulty}; is the split empty?"
+        ),
+    })
+}
+
+/// One of `templates`, drawn from `rng`, filled with `slots` ([`fill`]).
+pub(crate) fn pick_text(rng: &mut Rng, templates: &[&str], slots: &[(&str, String)]) -> String {
+    fill(rng.pick(templates).copied().unwrap_or(""), slots)
+}
+
+/// `text` with its first letter in upper case.
+pub(crate) fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 /// Fills a template: each `{name}` is replaced by its slot value.
 pub(crate) fn fill(template: &str, slots: &[(&str, String)]) -> String {
     let mut out = template.to_owned();

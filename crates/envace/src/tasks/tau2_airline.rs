@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Call, Fact, Plan, Rng, fill, split_of};
+use super::{Call, Fact, Plan, Rng, pick_text, split_of};
 use crate::config::TaskSplit;
 use crate::env::tau2::airline::{
     AirlineDb, Flight, FlightDateStatus, PaymentMethod, Reservation, User,
@@ -74,7 +74,7 @@ const FAMILIES: [(&str, u32, Family); 7] = [
 
 /// The airline family names with their lowest difficulty.
 pub(crate) fn families() -> Vec<(&'static str, u32)> {
-    FAMILIES.iter().map(|(name, d, _)| (*name, *d)).collect()
+    super::family_names(&FAMILIES)
 }
 
 /// Draws a family allowed at this difficulty and plans a task; retries on a sample that does
@@ -85,25 +85,14 @@ pub(crate) fn plan(
     families: &[String],
     rng: &mut Rng,
 ) -> Result<Plan> {
-    let allowed = super::allowed_families(&FAMILIES, difficulty, families);
-    for _ in 0..500 {
-        let Some((_, _, family)) = rng.pick(&allowed) else {
-            break;
-        };
-        if let Some(plan) = family(pools, difficulty, rng) {
-            return Ok(plan);
-        }
-    }
-    Err(Error::TaskGen {
-        what: "airline families".to_owned(),
-        message: format!(
-            "no task fits after 500 draws at difficulty {difficulty}; is the split empty?"
-        ),
-    })
-}
-
-fn pick_text(rng: &mut Rng, templates: &[&str], slots: &[(&str, String)]) -> String {
-    fill(rng.pick(templates).copied().unwrap_or(""), slots)
+    super::plan_from_table(
+        &FAMILIES,
+        "airline families",
+        difficulty,
+        families,
+        rng,
+        |family, rng| family(pools, difficulty, rng),
+    )
 }
 
 fn active_reservation<'a>(pools: &Pools<'a>, rng: &mut Rng) -> Option<&'a Reservation> {

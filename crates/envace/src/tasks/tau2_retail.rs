@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Call, Fact, Plan, Rng, fill, split_of};
+use super::{Call, Fact, Plan, Rng, capitalise, fill, split_of};
 use crate::config::TaskSplit;
 use crate::env::tau2::retail::{Order, PaymentMethod, Product, RetailDb, User};
 use crate::env::tau2::{Db, Tau2Domain};
@@ -182,7 +182,7 @@ const FAMILIES: [(&str, u32, Family); 8] = [
 
 /// The retail family names with their lowest difficulty.
 pub(crate) fn families() -> Vec<(&'static str, u32)> {
-    FAMILIES.iter().map(|(name, d, _)| (*name, *d)).collect()
+    super::family_names(&FAMILIES)
 }
 
 /// Draws a family allowed at this difficulty and plans a task; retries on a sample that does
@@ -193,21 +193,14 @@ pub(crate) fn plan(
     families: &[String],
     rng: &mut Rng,
 ) -> Result<Plan> {
-    let allowed = super::allowed_families(&FAMILIES, difficulty, families);
-    for _ in 0..500 {
-        let Some((_, _, family)) = rng.pick(&allowed) else {
-            break;
-        };
-        if let Some(plan) = family(pools, difficulty, rng) {
-            return Ok(plan);
-        }
-    }
-    Err(Error::TaskGen {
-        what: "retail families".to_owned(),
-        message: format!(
-            "no task fits after 500 draws at difficulty {difficulty}; is the split empty?"
-        ),
-    })
+    super::plan_from_table(
+        &FAMILIES,
+        "retail families",
+        difficulty,
+        families,
+        rng,
+        |family, rng| family(pools, difficulty, rng),
+    )
 }
 
 fn user_of<'a>(pools: &Pools<'a>, order: &Order) -> Option<&'a User> {
@@ -499,14 +492,6 @@ fn cancel_pending_order(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Op
         check_state: true,
         touched,
     })
-}
-
-fn capitalise(text: &str) -> String {
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_uppercase().chain(chars).collect(),
-        None => String::new(),
-    }
 }
 
 /// A made-up new address: `(address1, address2, city, state, zip)`.

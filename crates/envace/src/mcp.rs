@@ -51,12 +51,12 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::Domain;
+use crate::env::functions::FunctionsEnv;
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::env::{
     EnvFault, Environment, ErrorCode, ToolFailure, ToolOutcome, ToolSet, ToolSpec, render_outcome,
 };
 use crate::error::{Error, Result};
-use crate::tasks::functions::FunctionsEnv;
 
 /// Makes a fresh environment (one per MCP session).
 #[derive(Clone)]

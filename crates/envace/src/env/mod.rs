@@ -15,6 +15,7 @@
 //! reports an [`EnvFault`] through [`Environment::fault`]; [`EpisodeScore`] then masks the
 //! episode with that reason instead of scoring it.
 
+pub mod functions;
 pub mod pyjson;
 pub mod tau2;
 

@@ -217,7 +217,7 @@ pub fn fresh_env(domain: Domain, sources: &GenSources) -> Result<Box<dyn Environ
     Ok(match domain {
         Domain::Retail => Box::new(need(&sources.retail, "retail")?.env(0)),
         Domain::Airline => Box::new(need(&sources.airline, "airline")?.env(0)),
-        Domain::Functions => Box::new(functions::FunctionsEnv::new()?),
+        Domain::Functions => Box::new(crate::env::functions::FunctionsEnv::new()?),
     })
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use envace::config::{Domain, TaskSplit};
+use envace::env::functions::FunctionsEnv;
 use envace::env::tau2::{DomainKind, Tau2Domain};
 use envace::env::{
     EnvFault, Environment, EpisodeScore, ErrorCode, ToolOutcome, ToolSpec, render_outcome,
@@ -17,7 +18,6 @@ use envace::env::{
 use envace::mcp::{
     EnvFactory, McpEnvironment, McpOptions, McpServer, domain_factory, serve_http, serve_stdio,
 };
-use envace::tasks::functions::FunctionsEnv;
 use envace::tasks::{Call, GenConfig, GenSources, generate, parse_tool_calls};
 use serde_json::{Value, json};
 

@@ -1,7 +1,7 @@
 //! Known answers of the functions domain's tools, including argument and tool errors.
 
+use envace::env::functions::FunctionsEnv;
 use envace::env::{Environment, render_outcome};
-use envace::tasks::functions::FunctionsEnv;
 use expect_test::{Expect, expect};
 use serde_json::{Value, json};
 

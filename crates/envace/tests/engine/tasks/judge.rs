@@ -88,7 +88,7 @@ fn episode_score_is_sum_over_turns_divided_by_checklists_times_max_turns() {
 
 #[test]
 fn built_in_environments_never_fault_so_their_episodes_are_scored() {
-    let env = envace::tasks::functions::FunctionsEnv::new().unwrap();
+    let env = envace::env::functions::FunctionsEnv::new().unwrap();
     let score = envace::env::EpisodeScore::new(0.75, &env);
     expect![[r#"{"kind":"scored","score":0.75}"#]]
         .assert_eq(&serde_json::to_string(&score).unwrap());

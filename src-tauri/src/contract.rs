@@ -248,7 +248,7 @@ impl TrainingEvent {
                 first_step,
                 n_steps,
             } => TrainingEvent::Phase {
-                phase,
+                phase: phase.as_str().to_owned(),
                 first_step,
                 n_steps,
             },
@@ -261,7 +261,7 @@ impl TrainingEvent {
                 eta_secs,
             } => TrainingEvent::Step {
                 run,
-                phase,
+                phase: phase.as_str().to_owned(),
                 step,
                 total_steps,
                 metrics: metrics.into_iter().map(|(k, v)| (k, finite(v))).collect(),

@@ -112,7 +112,7 @@ fn report(bar: &ProgressBar, event: &Event) -> bool {
             ));
         }
         Event::Phase { phase, .. } => {
-            bar.set_prefix(phase.clone());
+            bar.set_prefix(phase.as_str());
         }
         Event::Step {
             phase,
@@ -124,7 +124,7 @@ fn report(bar: &ProgressBar, event: &Event) -> bool {
         } => {
             bar.set_length(u64::from(*total_steps));
             bar.set_position(u64::from(step + 1));
-            bar.set_prefix(phase.clone());
+            bar.set_prefix(phase.as_str());
             let headline = ["sft/loss", "rl/reward", "fidelity/exact_match", "act/kl"]
                 .iter()
                 .filter_map(|key| {

@@ -477,7 +477,7 @@ pub fn train(
         .collect();
     let max_len = (rl.max_prompt_tokens + rl.max_response_tokens) as usize;
     hooks.emit(Event::Phase {
-        phase: "rl".to_owned(),
+        phase: Phase::Rl,
         first_step,
         n_steps: rl.n_steps,
     });
@@ -683,7 +683,7 @@ pub fn train(
         let done = f64::from(step + 1 - resumed_at);
         let eta = started.elapsed().as_secs_f64() / done * f64::from(last_step - step - 1);
         hooks.emit(Event::Step {
-            phase: "rl".to_owned(),
+            phase: Phase::Rl,
             step,
             total_steps: last_step,
             metrics,

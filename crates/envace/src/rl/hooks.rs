@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::session::Phase;
+
 /// What the worker reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -19,8 +21,8 @@ pub enum Event {
     },
     /// A phase begins.
     Phase {
-        /// `sft` or `rl`.
-        phase: String,
+        /// SFT or RL (serialised `sft` / `rl`).
+        phase: Phase,
         /// First step of the phase (over the whole job).
         first_step: u32,
         /// Steps in the phase.
@@ -28,8 +30,8 @@ pub enum Event {
     },
     /// A step finished.
     Step {
-        /// `sft` or `rl`.
-        phase: String,
+        /// SFT or RL (serialised `sft` / `rl`).
+        phase: Phase,
         /// The step (over the whole job).
         step: u32,
         /// Total steps of the job.

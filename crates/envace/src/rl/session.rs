@@ -50,6 +50,17 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// The phase as events and checkpoints name it: `sft`, `rl` or `done`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Sft => "sft",
+            Phase::Rl => "rl",
+            Phase::Done => "done",
+        }
+    }
+}
+
 /// What `state.json` of a checkpoint holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct SavedState {

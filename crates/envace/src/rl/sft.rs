@@ -499,7 +499,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         });
     }
     hooks.emit(Event::Phase {
-        phase: "sft".to_owned(),
+        phase: Phase::Sft,
         first_step: 0,
         n_steps,
     });
@@ -600,7 +600,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         let done = f64::from(step + 1 - first);
         let eta = started.elapsed().as_secs_f64() / done * f64::from(total_steps - step - 1);
         hooks.emit(Event::Step {
-            phase: "sft".to_owned(),
+            phase: Phase::Sft,
             step,
             total_steps,
             metrics,

@@ -718,7 +718,7 @@ pub struct RlConfig {
     #[serde(default)]
     pub dynamic_sampling: bool,
     /// Fraction of each step's groups rolled out a second time with a rehearsal memory of the
-    /// first rollouts after the request (their own group for the baseline), so that RL also
+    /// first rollouts (their own group for the baseline), so that RL also
     /// trains acting on a memory.
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 1.0))]
@@ -773,7 +773,7 @@ pub enum RehearsalMode {
 /// `[rehearsal]`: private rehearsal at test time. Before its one committed attempt at a
 /// held-out task the policy rehearses imagined attempts (it acts and plays the tools itself;
 /// nothing is executed), condenses them into a memory, and then acts for real with that
-/// memory after the request.
+/// memory in the act prompt (`memory_position`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RehearsalConfig {
@@ -796,6 +796,12 @@ pub struct RehearsalConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("uniqueItems" = true))]
     pub budget_curve: Vec<u32>,
+    /// Where a memory goes in the act prompt, in training (`memory_share`) and at test time:
+    /// just before the request (the request stays next to the turn that acts on it; a long
+    /// context keeps the system turn and loses the memory first, then the request) or just
+    /// after it (the system turn and the request are always kept).
+    #[serde(default)]
+    pub memory_position: MemoryPosition,
 }
 
 impl Default for RehearsalConfig {
@@ -805,8 +811,20 @@ impl Default for RehearsalConfig {
             budget: defaults::rehearsal_budget(),
             max_memory_tokens: defaults::max_memory_tokens(),
             budget_curve: Vec::new(),
+            memory_position: MemoryPosition::default(),
         }
     }
+}
+
+/// Where a rehearsal memory goes in the act prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryPosition {
+    /// A user turn just before the request.
+    #[default]
+    BeforeRequest,
+    /// A user turn just after the request.
+    AfterRequest,
 }
 
 /// A benchmark the studio evaluates.

@@ -1,6 +1,6 @@
 //! Test-time private rehearsal (DESIGN.md §1): before its one committed attempt at a held-out
 //! task the policy rehearses imagined attempts, condenses them into a memory, and acts for real
-//! with that memory after the request; and the episodes behind the rehearsal-budget curves
+//! with that memory beside the request (`[rehearsal].memory_position`); and the episodes behind the rehearsal-budget curves
 //! (score against the number of imagined attempts, parallel against sequential), which
 //! `rl::evaluation` runs after a job's last step and stores.
 //!

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::chat::{self, Message, parse_tool_calls};
-use crate::config::{ExperimentConfig, Role, ToolPrompt, ToolResponseMode};
+use crate::config::{ExperimentConfig, MemoryPosition, Role, ToolPrompt, ToolResponseMode};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::fidelity;
@@ -105,6 +105,8 @@ pub struct RolloutSettings {
     pub system_prompt: Option<String>,
     /// Tool schemas or only tool names in the act and rehearse prompts.
     pub tool_prompt: ToolPrompt,
+    /// Where an episode's rehearsal memory goes: before or after the request.
+    pub memory_position: MemoryPosition,
 }
 
 impl RolloutSettings {
@@ -122,6 +124,7 @@ impl RolloutSettings {
             seed: config.run.seed,
             system_prompt: None,
             tool_prompt: config.env.tool_prompt,
+            memory_position: config.rehearsal.memory_position,
         }
     }
 }
@@ -135,9 +138,8 @@ pub struct EpisodeSpec {
     pub env: Box<dyn Environment>,
     /// The prompt group (GRPO baselines are per group); usually the task id.
     pub group: String,
-    /// A test-time rehearsal memory, shown to the agent as a turn after the task's request (a
-    /// long context is cut after the system turn and the request, so it loses the memory
-    /// first, never the request).
+    /// A test-time rehearsal memory, shown to the agent as a turn just before or just after the
+    /// task's request (`RolloutSettings::memory_position`).
     pub memory: Option<String>,
 }
 
@@ -208,15 +210,29 @@ pub fn run_batch(
         if let Some(system) = &system {
             messages.push(json!({"role": "system", "content": system}));
         }
-        messages.push(json!({"role": "user", "content": spec.task.request}));
-        // The head (the system turn and the request) stays whenever a long context is cut,
-        // when its rendering is a prefix of the prompt's (a template may render the last turn
-        // differently); a rehearsal memory follows it as its own turn, in the middle that a
-        // cut drops first.
-        let head_tokens = codec.encode(&codec.render(&messages, &tools_json, false)?)?;
-        if let Some(memory) = &spec.memory {
+        // The head stays whenever a long context is cut, when its rendering is a prefix of the
+        // prompt's (a template may render the last turn differently): the system turn and the
+        // request. A rehearsal memory before the request leaves the system turn alone as the
+        // head, so the request stays next to the turn that acts on it and a cut drops the
+        // memory (the oldest middle) first; after the request, it is the first turn a cut drops.
+        let memory_before = settings.memory_position == MemoryPosition::BeforeRequest;
+        if let (Some(memory), true) = (&spec.memory, memory_before) {
             messages.push(json!({"role": "user", "content": memory}));
         }
+        let head_len = if spec.memory.is_some() && memory_before {
+            messages.len() - 1
+        } else {
+            messages.len() + 1
+        };
+        messages.push(json!({"role": "user", "content": spec.task.request}));
+        if let (Some(memory), false) = (&spec.memory, memory_before) {
+            messages.push(json!({"role": "user", "content": memory}));
+        }
+        let head_tokens = if head_len == 0 {
+            Vec::new()
+        } else {
+            codec.encode(&codec.render(&messages[..head_len], &tools_json, false)?)?
+        };
         let prompt = codec.encode(&codec.render(&messages, &tools_json, true)?)?;
         let head = if prompt.starts_with(&head_tokens) {
             head_tokens.len()

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use envace::chat::ChatTemplate;
-use envace::config::{Domain, EndpointConfig, TaskSplit, ToolPrompt};
+use envace::config::{Domain, EndpointConfig, MemoryPosition, TaskSplit, ToolPrompt};
 use envace::judge::{EpisodeJudge, LlmJudge, RuleJudge, Verdict};
 use envace::model;
 use envace::openai::ChatClient;
@@ -81,6 +81,7 @@ fn settings() -> RolloutSettings {
         seed: 1,
         system_prompt: None,
         tool_prompt: ToolPrompt::Schemas,
+        memory_position: MemoryPosition::default(),
     }
 }
 

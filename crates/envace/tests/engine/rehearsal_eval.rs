@@ -35,24 +35,27 @@ fn session_with(dir: &std::path::Path, max_memory_tokens: u32) -> (Session, Vec<
     )
 }
 
-/// The acting conversation's first user message: the request.
-fn request(episode: &EpisodeRecord) -> &str {
-    &episode
-        .messages
-        .iter()
-        .find(|m| m.role == envace::chat::Role::User)
-        .unwrap()
-        .content
-}
-
-/// The user message after the request: the rehearsal memory, when there is one.
-fn memory(episode: &EpisodeRecord) -> Option<&str> {
+/// The user messages before the agent's first turn: the rehearsal memory (when there is one),
+/// then the request.
+fn opening(episode: &EpisodeRecord) -> Vec<&str> {
     episode
         .messages
         .iter()
+        .take_while(|m| m.role != envace::chat::Role::Assistant)
         .filter(|m| m.role == envace::chat::Role::User)
-        .nth(1)
         .map(|m| m.content.as_str())
+        .collect()
+}
+
+/// The request: the last user message before the agent's first turn.
+fn request(episode: &EpisodeRecord) -> &str {
+    opening(episode).last().copied().unwrap()
+}
+
+/// The rehearsal memory, shown just before the request, when there is one.
+fn memory(episode: &EpisodeRecord) -> Option<&str> {
+    let opening = opening(episode);
+    (opening.len() == 2).then(|| opening[0])
 }
 
 #[test]
@@ -87,7 +90,7 @@ fn imagined_attempts_are_private_and_sequential_ones_see_the_earlier_ones() {
 }
 
 #[test]
-fn the_committed_attempt_acts_for_real_with_the_memory_after_the_request() {
+fn the_committed_attempt_acts_for_real_with_the_memory_before_the_request() {
     let dir = tempfile::tempdir().unwrap();
     let (session, tasks) = session(dir.path(), 1024);
     let plain = committed_episodes(&session, &tasks, 0, None).unwrap();

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Device};
 use envace::chat::ChatTemplate;
-use envace::config::{Domain, Role, TaskSplit, TinyModelConfig, ToolPrompt};
+use envace::config::{Domain, MemoryPosition, Role, TaskSplit, TinyModelConfig, ToolPrompt};
 use envace::env::Environment;
 use envace::judge::RuleJudge;
 use envace::model::{Policy, Sampling, TransformerConfig};
@@ -78,6 +78,7 @@ fn settings(mode: ResponseMode) -> RolloutSettings {
         seed: 3,
         system_prompt: None,
         tool_prompt: ToolPrompt::Schemas,
+        memory_position: MemoryPosition::default(),
     }
 }
 
@@ -446,17 +447,21 @@ fn long_contexts_are_cut_from_the_left() {
     }
 }
 
-#[test]
-fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle() {
+/// Every act prompt of a run: (episode, tokens, text).
+type Prompts = Vec<(usize, usize, String)>;
+
+/// Runs two tasks for 4 turns of one call each with a memory, in 200-token prompts; returns
+/// the tasks and every act prompt.
+fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts) {
     let tasks = gen_tasks(Domain::Functions, 1, 2);
     let mut settings = settings(ResponseMode::Real);
     settings.max_turns = 4;
     settings.tool_prompt = ToolPrompt::Names;
     settings.max_prompt_tokens = 200;
-    let memory = "Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: add";
+    settings.memory_position = position;
     let call =
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
-    let mut prompts: Vec<(usize, usize, String)> = Vec::new();
+    let mut prompts: Prompts = Vec::new();
     let episodes = {
         let mut actor = Scripted::new(|request: &GenRequest, prompt: &str| {
             prompts.push((request.episode_idx, request.prompt.len(), prompt.to_owned()));
@@ -465,7 +470,7 @@ fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle
         let codec = codec();
         let mut specs = specs(&tasks);
         for spec in &mut specs {
-            spec.memory = Some(memory.to_owned());
+            spec.memory = Some(LONG_MEMORY.to_owned());
         }
         run_batch(
             specs,
@@ -481,20 +486,13 @@ fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle
         )
         .unwrap()
     };
-    // Every act prompt fits, starts with the system turn and holds the request.
-    for (episode_idx, len, prompt) in &prompts {
+    for (_, len, prompt) in &prompts {
         assert!(*len <= 200, "{len} tokens");
         assert!(
             prompt.starts_with("<|im_start|>system\nTools: add, subtract"),
             "{prompt:?}"
         );
-        assert!(prompt.contains(&tasks[*episode_idx].request), "{prompt:?}");
     }
-    // The first turn sees the memory; once the turns outgrow the budget, the memory (the
-    // oldest middle) is cut first.
-    assert!(prompts[0].2.contains(memory));
-    let last = &prompts.last().unwrap().2;
-    assert!(!last.contains("Attempt 1: add"), "{last:?}");
     for episode in &episodes {
         let act = &episode.samples[0];
         let cut = act.windows.iter().filter(|w| w.pinned > 0).count();
@@ -506,6 +504,48 @@ fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle
             assert!(context.len() <= 200);
         }
     }
+    (tasks, prompts)
+}
+
+const LONG_MEMORY: &str =
+    "Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: add";
+
+#[test]
+fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle() {
+    // A memory after the request: every prompt holds the request; the memory goes first.
+    let (tasks, prompts) = long_contexts(MemoryPosition::AfterRequest);
+    for (episode_idx, _, prompt) in &prompts {
+        assert!(prompt.contains(&tasks[*episode_idx].request), "{prompt:?}");
+    }
+    let first = &prompts[0].2;
+    let request_at = first.find(&tasks[prompts[0].0].request).unwrap();
+    assert!(
+        first.find(LONG_MEMORY).is_some_and(|at| at > request_at),
+        "{first:?}"
+    );
+    let last = &prompts.last().unwrap().2;
+    assert!(!last.contains("Attempt 1: add"), "{last:?}");
+}
+
+#[test]
+fn a_memory_before_the_request_is_cut_before_the_request() {
+    let (tasks, prompts) = long_contexts(MemoryPosition::BeforeRequest);
+    // The first turn sees the memory just before the request, the request last.
+    let first = &prompts[0].2;
+    let request_at = first.find(&tasks[prompts[0].0].request).unwrap();
+    assert!(
+        first.find(LONG_MEMORY).is_some_and(|at| at < request_at),
+        "{first:?}"
+    );
+    // A prompt that still holds any of the memory holds the whole request: the memory (the
+    // oldest middle after the system turn) is cut first.
+    for (episode_idx, _, prompt) in &prompts {
+        if prompt.contains("Attempt 1: add") || prompt.contains("nothing was executed") {
+            assert!(prompt.contains(&tasks[*episode_idx].request), "{prompt:?}");
+        }
+    }
+    let last = &prompts.last().unwrap().2;
+    assert!(!last.contains("Attempt 1: add"), "{last:?}");
 }
 
 #[test]

@@ -133,12 +133,19 @@ impl Aggregate {
 
     /// The five means as `(name, value)`, the names used for metrics (`fidelity/<name>`).
     pub fn named(&self) -> [(&'static str, f64); 5] {
+        let [
+            valid_json,
+            outcome_agreement,
+            key_f1,
+            value_accuracy,
+            exact_match,
+        ] = crate::metrics::FIDELITY_SCORES;
         [
-            ("valid_json", self.valid_json),
-            ("outcome_agreement", self.outcome_agreement),
-            ("key_f1", self.key_f1),
-            ("value_accuracy", self.value_accuracy),
-            ("exact_match", self.exact_match),
+            (valid_json, self.valid_json),
+            (outcome_agreement, self.outcome_agreement),
+            (key_f1, self.key_f1),
+            (value_accuracy, self.value_accuracy),
+            (exact_match, self.exact_match),
         ]
     }
 }

@@ -66,7 +66,8 @@ pub struct Catalogue {
 /// The roles a role-wise metric is split by.
 pub const ROLES: [&str; 2] = ["act", "rehearse"];
 
-/// The fidelity scores of a rehearsed response against the real one (`crate::fidelity`).
+/// The fidelity scores of a rehearsed response against the real one, in the order and with the
+/// names `crate::fidelity::Aggregate::named` gives them.
 pub const FIDELITY_SCORES: [&str; 5] = [
     "valid_json",
     "outcome_agreement",
@@ -426,15 +427,5 @@ mod tests {
         keys.sort_unstable();
         keys.dedup();
         assert_eq!(keys.len(), METRICS.len(), "a key is declared twice");
-    }
-
-    #[test]
-    fn the_fidelity_scores_are_the_aggregates_names() {
-        let named: Vec<&str> = crate::fidelity::Aggregate::default()
-            .named()
-            .iter()
-            .map(|(name, _)| *name)
-            .collect();
-        assert_eq!(named, FIDELITY_SCORES);
     }
 }

@@ -23,8 +23,9 @@
 //!   update count later. Old log-probabilities are therefore recomputed by the training
 //!   forward, never taken from the sampler.
 //! - A group whose prompt and role have a single sample gets advantage 0 (no baseline).
-//! - Sequences longer than `max_prompt_tokens + max_response_tokens` are trained on their last
-//!   tokens (left truncation), as generation saw them.
+//! - Every sampled token is trained on the context generation gave it: a turn generated after
+//!   the conversation was cut (`max_prompt_tokens`) is its own training sequence with the same
+//!   cut ([`TrainItem::of_sample`]).
 //! - Masked episodes (judge or environment failure) contribute no samples.
 
 use std::collections::BTreeMap;
@@ -94,9 +95,21 @@ pub fn advantages(
         .collect()
 }
 
+/// One training item of a step with the reward of its episode and the sample it came from (a
+/// sample generated in several contexts gives several items: [`TrainItem::of_sample`]).
+#[derive(Debug, Clone)]
+pub struct StepItem {
+    /// The item, with its sample's advantage.
+    pub item: TrainItem,
+    /// The reward of the item's episode.
+    pub reward: f64,
+    /// The index of its sample among the step's scored samples.
+    pub sample: usize,
+}
+
 /// The training items of a step's episodes: every sample of every scored episode, with its
-/// advantage. Returns the items and the per-item `(role, reward, advantage)`.
-pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<(TrainItem, f64)> {
+/// advantage, as one item per context it was generated in.
+pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<StepItem> {
     let mut rows = Vec::new();
     let mut refs = Vec::new();
     for episode in episodes {
@@ -111,7 +124,16 @@ pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<(TrainItem, f6
     let advantages = advantages(&rows, rl.advantage_baseline, rl.divide_by_std);
     refs.into_iter()
         .zip(rows.iter().zip(advantages))
-        .map(|(sample, (row, advantage))| (TrainItem::from_sample(sample, advantage as f32), row.2))
+        .enumerate()
+        .flat_map(|(index, (sample, (row, advantage)))| {
+            TrainItem::of_sample(sample, advantage as f32)
+                .into_iter()
+                .map(move |item| StepItem {
+                    item,
+                    reward: row.2,
+                    sample: index,
+                })
+        })
         .collect()
 }
 
@@ -248,9 +270,10 @@ pub fn micro_batch_loss(
     run().map_err(|e| Error::candle("GRPO loss", e))
 }
 
-/// Metrics of a step per role, from its items and the loss sums: reward, advantage mean and
-/// std, KL, entropy, clip fraction, response length (sampled tokens per sequence).
-pub fn role_metrics(items: &[(TrainItem, f64)], sums: &[RoleSums]) -> BTreeMap<String, f64> {
+/// Metrics of a step per role, from its items and the loss sums (one per item): reward,
+/// advantage mean and std and response length (sampled tokens) per sample, KL, entropy and
+/// clip fraction per trained token.
+pub fn role_metrics(items: &[StepItem], sums: &[RoleSums]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for role in [Role::Act, Role::Rehearse] {
         let name = match role {
@@ -258,15 +281,30 @@ pub fn role_metrics(items: &[(TrainItem, f64)], sums: &[RoleSums]) -> BTreeMap<S
             Role::Rehearse => "rehearse",
         };
         let picked: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].0.role == role)
+            .filter(|&i| items[i].item.role == role)
             .collect();
         if picked.is_empty() {
             continue;
         }
-        let n = picked.len() as f64;
-        let mean = |f: &dyn Fn(usize) -> f64| picked.iter().map(|&i| f(i)).sum::<f64>() / n;
-        let adv_mean = mean(&|i| f64::from(items[i].0.advantage));
-        let adv_std = mean(&|i| (f64::from(items[i].0.advantage) - adv_mean).powi(2)).sqrt();
+        // Per sample: its reward and advantage (alike on all its items) and its sampled tokens
+        // (each trained in exactly one of its items).
+        let mut samples: BTreeMap<usize, (f64, f64, usize)> = BTreeMap::new();
+        for &i in &picked {
+            let StepItem {
+                item,
+                reward,
+                sample,
+            } = &items[i];
+            let sampled = item.labels.iter().filter(|l| l.is_sampled()).count();
+            let entry = samples
+                .entry(*sample)
+                .or_insert((*reward, f64::from(item.advantage), 0));
+            entry.2 += sampled;
+        }
+        let n = samples.len() as f64;
+        let mean = |f: &dyn Fn(&(f64, f64, usize)) -> f64| samples.values().map(f).sum::<f64>() / n;
+        let adv_mean = mean(&|s| s.1);
+        let adv_std = mean(&|s| (s.1 - adv_mean).powi(2)).sqrt();
         let tokens: f64 = picked
             .iter()
             .filter_map(|&i| sums.get(i))
@@ -284,23 +322,13 @@ pub fn role_metrics(items: &[(TrainItem, f64)], sums: &[RoleSums]) -> BTreeMap<S
                 0.0
             }
         };
-        out.insert(format!("{name}/reward"), mean(&|i| items[i].1));
+        out.insert(format!("{name}/reward"), mean(&|s| s.0));
         out.insert(format!("{name}/advantage_mean"), adv_mean);
         out.insert(format!("{name}/advantage_std"), adv_std);
         out.insert(format!("{name}/kl"), per_token(&|s| s.kl));
         out.insert(format!("{name}/entropy"), per_token(&|s| s.entropy));
         out.insert(format!("{name}/clip_fraction"), per_token(&|s| s.clipped));
-        out.insert(
-            format!("{name}/response_length"),
-            mean(&|i| {
-                items[i]
-                    .0
-                    .labels
-                    .iter()
-                    .filter(|l| matches!(l, Label::Act | Label::Rehearse))
-                    .count() as f64
-            }),
-        );
+        out.insert(format!("{name}/response_length"), mean(&|s| s.2 as f64));
         out.insert(format!("{name}/n_samples"), n);
     }
     out
@@ -548,8 +576,8 @@ pub fn train(
         // Advantages, then the loss over micro-batches with accumulated gradients.
         let mut items = items_of(&trained, &rl);
         // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
-        items.sort_by_key(|(item, _)| item.window_len(max_len));
-        let refs: Vec<&TrainItem> = items.iter().map(|(item, _)| item).collect();
+        items.sort_by_key(|step_item| step_item.item.window_len(max_len));
+        let refs: Vec<&TrainItem> = items.iter().map(|step_item| &step_item.item).collect();
         let total: usize = refs
             .iter()
             .map(|i| i.n_trained(max_len, &trained_roles))

@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::config::{LrSchedule, Role};
 use crate::error::{Error, Result};
 use crate::model::{Policy, fused};
-use crate::rollout::{Label, Sample};
+use crate::rollout::{GenWindow, Label, Sample};
 
 /// One training sequence: tokens with labels, the roles whose sampled tokens are trained, and
 /// a per-sequence advantage (1 for SFT).
@@ -33,8 +33,8 @@ pub struct TrainItem {
     pub labels: Vec<Label>,
     /// The advantage every trained token of the sequence gets.
     pub advantage: f32,
-    /// Where the training window may start at the earliest: the first token the model saw when
-    /// it generated the sequence's first response (prompts are cut from the left at
+    /// Where the training window may start at the earliest: the first token after the pinned
+    /// head that the model saw when it generated the item's responses (prompts are cut at
     /// `max_prompt_tokens`), so that training scores tokens in the context they were sampled in.
     pub start: usize,
     /// Leading tokens (the system turn and the request) kept in front of the window when a
@@ -43,16 +43,64 @@ pub struct TrainItem {
 }
 
 impl TrainItem {
-    /// The item of a rollout sample.
-    pub fn from_sample(sample: &Sample, advantage: f32) -> Self {
-        TrainItem {
+    /// The items of a rollout sample: one per context the policy generated it in, so that every
+    /// sampled token is trained on exactly the context it was sampled from. Turns generated in
+    /// the same context (the usual case: nothing was cut) share one item; a turn generated after
+    /// the conversation was cut gets an item of its own that ends with that turn, in which the
+    /// other turns' tokens are context, never trained. A sample without recorded windows is one
+    /// item.
+    pub fn of_sample(sample: &Sample, advantage: f32) -> Vec<Self> {
+        let whole = |start, pinned| TrainItem {
             role: sample.role,
             tokens: sample.tokens.clone(),
             labels: sample.labels.clone(),
             advantage,
-            start: sample.windows.first().map_or(0, |w| w.context_start),
-            pinned: sample.windows.iter().map(|w| w.pinned).max().unwrap_or(0),
+            start,
+            pinned,
+        };
+        let mut contexts: Vec<((usize, usize), Vec<&GenWindow>)> = Vec::new();
+        for window in &sample.windows {
+            let key = (window.context_start, window.pinned);
+            match contexts.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, windows)) => windows.push(window),
+                None => contexts.push((key, vec![window])),
+            }
         }
+        if contexts.len() <= 1 {
+            let (start, pinned) = contexts.first().map_or((0, 0), |(key, _)| *key);
+            return vec![whole(start, pinned)];
+        }
+        contexts
+            .into_iter()
+            .map(|((start, pinned), windows)| {
+                let end = windows
+                    .iter()
+                    .map(|w| w.end)
+                    .max()
+                    .unwrap_or(0)
+                    .min(sample.tokens.len());
+                let own = |pos: usize| windows.iter().any(|w| (w.start..w.end).contains(&pos));
+                let labels = sample.labels[..end]
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, &label)| {
+                        if label.is_sampled() && !own(pos) {
+                            Label::Prompt
+                        } else {
+                            label
+                        }
+                    })
+                    .collect();
+                TrainItem {
+                    role: sample.role,
+                    tokens: sample.tokens[..end].to_vec(),
+                    labels,
+                    advantage,
+                    start,
+                    pinned,
+                }
+            })
+            .collect()
     }
 
     /// Where the kept tail starts and how many head tokens go in front of it: the last

@@ -43,8 +43,8 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
     settings.mode = ResponseMode::Rehearse;
     settings.max_turns = settings.max_turns.max(64);
     settings.max_parallel_calls = settings.max_parallel_calls.max(16);
-    // Prompts are cut at `max_prompt_tokens` as in RL, so each sample's training window starts
-    // where the model's context would (the oracle itself reads no prompt).
+    // Prompts are cut at `max_prompt_tokens` as in RL, so that each turn is trained on the
+    // context the policy will see when it generates that turn (the oracle itself reads no prompt).
     settings.max_response_tokens = usize::MAX / 4;
     settings.fidelity = true;
     // The samples are built from an empty response cache, so that a job resumed during SFT
@@ -75,7 +75,7 @@ pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec
         )?;
         for episode in episodes {
             for sample in &episode.samples {
-                items.push(TrainItem::from_sample(sample, 1.0));
+                items.extend(TrainItem::of_sample(sample, 1.0));
             }
         }
     }
@@ -390,7 +390,7 @@ fn memory_items(
                     .samples
                     .iter()
                     .filter(|s| s.role == Role::Act)
-                    .map(|s| TrainItem::from_sample(s, 1.0)),
+                    .flat_map(|s| TrainItem::of_sample(s, 1.0)),
             );
         }
     }
@@ -404,7 +404,7 @@ fn memory_items(
                     .samples
                     .iter()
                     .filter(|s| s.role == Role::Rehearse && s.call == Some((0, 0)))
-                    .map(|s| TrainItem::from_sample(s, 1.0)),
+                    .flat_map(|s| TrainItem::of_sample(s, 1.0)),
             );
         }
     }

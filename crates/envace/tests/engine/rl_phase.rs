@@ -172,14 +172,14 @@ fn a_zero_variance_group_contributes_no_gradient() {
         .collect();
     assert_eq!(group.len(), 2);
     let items = items_of(&group, &rl);
-    assert!(items.iter().all(|(item, _)| item.advantage == 0.0));
+    assert!(items.iter().all(|i| i.item.advantage == 0.0));
     // Without the KL anchor the loss of its samples has a zero gradient everywhere; with it,
     // dynamic sampling keeps them out of the step altogether (they are dropped, and counted).
     rl.kl_type = KlType::None;
     rl.kl_coef = 0.0;
     let dir = tempfile::tempdir().unwrap();
     let session = session(&tiny(), dir.path());
-    let refs: Vec<_> = items.iter().map(|(item, _)| item).collect();
+    let refs: Vec<_> = items.iter().map(|i| &i.item).collect();
     let batch = pad_batch(
         &refs,
         4096,

@@ -6,15 +6,17 @@
 //! through the run store and back intact.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-use candle_core::{DType, Device};
+use candle_core::{D, DType, Device, Tensor};
 use envace::chat::ChatTemplate;
 use envace::config::{Domain, MemoryPosition, Role, TaskSplit, TinyModelConfig, ToolPrompt};
 use envace::env::Environment;
 use envace::judge::RuleJudge;
 use envace::model::{Policy, Sampling, TransformerConfig};
 use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
+use envace::rl::{TrainItem, pad_batch, token_logprobs};
 use envace::rollout::{
     EndReason, EpisodeRecord, EpisodeSpec, GenRequest, Label, OracleActor, PolicyGenerator,
     ResponseMode, ResponseSource, RoleRouter, RolloutSettings, Scripted, TokenCodec, load_episodes,
@@ -451,8 +453,8 @@ fn long_contexts_are_cut_from_the_left() {
 type Prompts = Vec<(usize, usize, String)>;
 
 /// Runs two tasks for 4 turns of one call each with a memory, in 200-token prompts; returns
-/// the tasks and every act prompt.
-fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts) {
+/// the tasks, every act prompt and the episodes.
+fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts, Vec<EpisodeRecord>) {
     let tasks = gen_tasks(Domain::Functions, 1, 2);
     let mut settings = settings(ResponseMode::Real);
     settings.max_turns = 4;
@@ -504,7 +506,7 @@ fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts) {
             assert!(context.len() <= 200);
         }
     }
-    (tasks, prompts)
+    (tasks, prompts, episodes)
 }
 
 const LONG_MEMORY: &str =
@@ -513,7 +515,7 @@ const LONG_MEMORY: &str =
 #[test]
 fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle() {
     // A memory after the request: every prompt holds the request; the memory goes first.
-    let (tasks, prompts) = long_contexts(MemoryPosition::AfterRequest);
+    let (tasks, prompts, _) = long_contexts(MemoryPosition::AfterRequest);
     for (episode_idx, _, prompt) in &prompts {
         assert!(prompt.contains(&tasks[*episode_idx].request), "{prompt:?}");
     }
@@ -529,7 +531,7 @@ fn long_contexts_keep_the_system_turn_and_the_request_and_lose_the_oldest_middle
 
 #[test]
 fn a_memory_before_the_request_is_cut_before_the_request() {
-    let (tasks, prompts) = long_contexts(MemoryPosition::BeforeRequest);
+    let (tasks, prompts, _) = long_contexts(MemoryPosition::BeforeRequest);
     // The first turn sees the memory just before the request, the request last.
     let first = &prompts[0].2;
     let request_at = first.find(&tasks[prompts[0].0].request).unwrap();
@@ -546,6 +548,99 @@ fn a_memory_before_the_request_is_cut_before_the_request() {
     }
     let last = &prompts.last().unwrap().2;
     assert!(!last.contains("Attempt 1: add"), "{last:?}");
+}
+
+#[test]
+fn every_sampled_token_is_trained_on_the_context_it_was_generated_in() {
+    // Later turns were generated after the middle of the conversation was cut; training must
+    // score each turn on exactly the prompt its generator saw, not on the whole conversation.
+    let (_, _, episodes) = long_contexts(MemoryPosition::BeforeRequest);
+    let codec = codec();
+    let tiny = TinyModelConfig {
+        hidden_size: 32,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        intermediate_size: 64,
+        vocab_size: codec.tokenizer().get_vocab_size(true) as u32,
+        max_position_embeddings: 1024,
+        ..TinyModelConfig::default()
+    };
+    let policy = Policy::init(
+        TransformerConfig::from_tiny(&tiny).unwrap(),
+        3,
+        &Device::Cpu,
+        DType::F32,
+    )
+    .unwrap();
+    let logprobs_after = |context: &[u32], tokens: &[u32]| -> Vec<f32> {
+        let whole: Vec<u32> = context.iter().chain(tokens).copied().collect();
+        let input = Tensor::from_vec(whole.clone(), (1, whole.len()), &Device::Cpu).unwrap();
+        let logits = policy.forward_train(&input, None).unwrap();
+        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        (0..tokens.len())
+            .map(|k| logp[context.len() - 1 + k][tokens[k] as usize])
+            .collect()
+    };
+    for episode in &episodes {
+        let act = &episode.samples[0];
+        // What generation computed: each window's tokens after the context it names.
+        let mut expected = BTreeMap::new();
+        for window in &act.windows {
+            let context = window.context(&act.tokens);
+            let got = logprobs_after(&context, &act.tokens[window.start..window.end]);
+            expected.extend((window.start..window.end).zip(got));
+        }
+        let items = TrainItem::of_sample(act, 1.0);
+        let n_contexts = act
+            .windows
+            .iter()
+            .map(|w| (w.context_start, w.pinned))
+            .collect::<BTreeSet<_>>()
+            .len();
+        assert_eq!(items.len(), n_contexts);
+        assert!(items.len() > 1, "no turn was cut: {:?}", act.windows);
+        // What training computes: every sampled token once, on the same context.
+        let mut trained = BTreeMap::new();
+        for item in &items {
+            let batch = pad_batch(&[item], 200 + 64, &[Role::Act], &Device::Cpu).unwrap();
+            let (logp, _) = token_logprobs(&policy, &batch).unwrap();
+            let logp = logp.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+            let weight = batch.weight.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
+            let got: Vec<f32> = logp
+                .iter()
+                .zip(&weight)
+                .filter(|(_, w)| **w > 0.0)
+                .map(|(lp, _)| *lp)
+                .collect();
+            let own: Vec<usize> = (0..item.labels.len())
+                .filter(|&pos| item.labels[pos] == Label::Act)
+                .collect();
+            assert_eq!(got.len(), own.len(), "every own token is trained");
+            for (pos, lp) in own.into_iter().zip(got) {
+                assert!(
+                    trained.insert(pos, lp).is_none(),
+                    "token {pos} trained twice"
+                );
+            }
+        }
+        assert_eq!(
+            trained.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>()
+        );
+        for (pos, lp) in &trained {
+            let want = expected[pos];
+            assert!(
+                (lp - want).abs() < 1e-4,
+                "token {pos}: trained at {lp}, generated at {want}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::chat::Role;
 use crate::config::EndpointConfig;
 use crate::error::{Error, Result};
 
@@ -35,10 +36,10 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
 const BODY_EXCERPT_CHARS: usize = 300;
 
 /// One chat message, in the OpenAI request format.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatMsg {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
+    /// Who sends it.
+    pub role: Role,
     /// The text (may be empty for an assistant turn that only calls tools).
     pub content: String,
     /// Tool calls of an assistant turn.
@@ -50,24 +51,24 @@ pub struct ChatMsg {
 impl ChatMsg {
     /// A system instruction.
     pub fn system(content: impl Into<String>) -> Self {
-        Self::plain("system", content)
+        Self::plain(Role::System, content)
     }
 
     /// A user turn.
     pub fn user(content: impl Into<String>) -> Self {
-        Self::plain("user", content)
+        Self::plain(Role::User, content)
     }
 
     /// An assistant turn with text only.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self::plain("assistant", content)
+        Self::plain(Role::Assistant, content)
     }
 
     /// An assistant turn that calls tools (its text may be empty).
     pub fn assistant_calls(content: impl Into<String>, tool_calls: Vec<ToolCallOut>) -> Self {
         ChatMsg {
             tool_calls,
-            ..Self::plain("assistant", content)
+            ..Self::plain(Role::Assistant, content)
         }
     }
 
@@ -75,13 +76,14 @@ impl ChatMsg {
     pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
         ChatMsg {
             tool_call_id: Some(tool_call_id.into()),
-            ..Self::plain("tool", content)
+            ..Self::plain(Role::Tool, content)
         }
     }
 
-    fn plain(role: &str, content: impl Into<String>) -> Self {
+    /// A message of `role` with text only.
+    pub fn plain(role: Role, content: impl Into<String>) -> Self {
         ChatMsg {
-            role: role.to_owned(),
+            role,
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
@@ -91,7 +93,7 @@ impl ChatMsg {
     /// The message as the request body carries it.
     pub fn to_json(&self) -> Value {
         let mut msg = Map::new();
-        msg.insert("role".to_owned(), Value::from(self.role.clone()));
+        msg.insert("role".to_owned(), Value::from(self.role.as_str()));
         let content = if self.content.is_empty() && !self.tool_calls.is_empty() {
             Value::Null
         } else {

@@ -65,11 +65,11 @@ impl Simulator for EndpointSimulator {
             .iter()
             .map(|m| {
                 let content = m["content"].as_str().unwrap_or_default().to_owned();
-                match m["role"].as_str() {
-                    Some("system") => crate::openai::ChatMsg::system(content),
-                    Some("assistant") => crate::openai::ChatMsg::assistant(content),
-                    _ => crate::openai::ChatMsg::user(content),
-                }
+                let role = match m["role"].as_str().and_then(crate::chat::Role::parse) {
+                    Some(role @ (crate::chat::Role::System | crate::chat::Role::Assistant)) => role,
+                    _ => crate::chat::Role::User,
+                };
+                crate::openai::ChatMsg::plain(role, content)
             })
             .collect();
         let mut request = crate::openai::ChatRequest::new(messages);

@@ -36,7 +36,8 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Map, Value, json};
 
-use crate::chat::{self, ChatTemplate, ToolCall, parse_tool_calls};
+use crate::chat::{ChatTemplate, ToolCall, parse_tool_calls};
+use crate::env::pyjson;
 use crate::error::{Error, Result};
 use crate::model::{Generated, Gguf, Policy, Sampling};
 use crate::store::Store;
@@ -1387,7 +1388,7 @@ fn fold_tools(messages: &[Value], tools: &[Value]) -> Vec<Value> {
         );
         for tool in tools {
             section.push('\n');
-            section.push_str(&chat::python_json_dumps(tool, None));
+            section.push_str(&pyjson::dumps_with(tool, pyjson::Layout::CHAT));
         }
         section.push_str("\n</tools>");
         let system = match messages.first() {

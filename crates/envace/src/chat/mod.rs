@@ -15,6 +15,7 @@ use minijinja::value::{Kwargs, Value as JinjaValue};
 use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value};
 
+use crate::env::pyjson;
 use crate::error::{Error, Result};
 use crate::model::Gguf;
 
@@ -286,96 +287,16 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
-    let mut json = serde_json::to_value(&value).map_err(|e| {
+    let json = serde_json::to_value(&value).map_err(|e| {
         minijinja::Error::new(ErrorKind::InvalidOperation, "tojson cannot serialize").with_source(e)
     })?;
-    if sort_keys == Some(true) {
-        sort_json_keys(&mut json);
-    }
-    let text = python_json_dumps(&json, indent);
-    let text = if ensure_ascii == Some(true) {
-        escape_non_ascii(&text)
-    } else {
-        text
-    };
+    let text = pyjson::dumps_with(
+        &json,
+        pyjson::Layout {
+            indent,
+            sort_keys: sort_keys == Some(true),
+            ensure_ascii: ensure_ascii == Some(true),
+        },
+    );
     Ok(JinjaValue::from_safe_string(text))
-}
-
-/// Python's `json.dumps` layout of `value`: `", "` and `": "` without `indent`, newline-and-
-/// indent with `indent`. Strings are escaped as Python escapes them with `ensure_ascii=False`.
-pub fn python_json_dumps(value: &Value, indent: Option<usize>) -> String {
-    let mut out = String::new();
-    write_json(&mut out, value, indent, 0);
-    out
-}
-
-fn write_json(out: &mut String, value: &Value, indent: Option<usize>, level: usize) {
-    let newline = |out: &mut String, level: usize| {
-        if let Some(width) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(width * level));
-        }
-    };
-    let item_sep = if indent.is_some() { "," } else { ", " };
-    match value {
-        Value::Array(items) if !items.is_empty() => {
-            out.push('[');
-            for (idx, item) in items.iter().enumerate() {
-                if idx > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, level + 1);
-                write_json(out, item, indent, level + 1);
-            }
-            newline(out, level);
-            out.push(']');
-        }
-        Value::Object(map) if !map.is_empty() => {
-            out.push('{');
-            for (idx, (key, item)) in map.iter().enumerate() {
-                if idx > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, level + 1);
-                out.push_str(&Value::from(key.as_str()).to_string());
-                out.push_str(": ");
-                write_json(out, item, indent, level + 1);
-            }
-            newline(out, level);
-            out.push('}');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn sort_json_keys(value: &mut Value) {
-    match value {
-        Value::Array(items) => items.iter_mut().for_each(sort_json_keys),
-        Value::Object(map) => {
-            let mut entries: Vec<(String, Value)> = std::mem::take(map).into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            for (key, mut item) in entries {
-                sort_json_keys(&mut item);
-                map.insert(key, item);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// `\uXXXX` escapes (UTF-16, surrogate pairs beyond the BMP) for every non-ASCII character,
-/// as Python's `ensure_ascii=True` writes them. Non-ASCII only occurs inside JSON strings.
-fn escape_non_ascii(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c.is_ascii() {
-            out.push(c);
-        } else {
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                out.push_str(&format!("\\u{unit:04x}"));
-            }
-        }
-    }
-    out
 }

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::env::pyjson;
+
 /// The tag that opens a tool call.
 pub const OPEN_TAG: &str = "<tool_call>";
 /// The tag that closes a tool call.
@@ -21,6 +23,22 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// A call of `name` with these `(key, value)` arguments, in order.
+    pub fn new(name: &str, arguments: Vec<(&str, Value)>) -> Self {
+        ToolCall {
+            name: name.to_owned(),
+            arguments: arguments
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect(),
+        }
+    }
+
+    /// The arguments as one JSON object value.
+    pub fn arguments_value(&self) -> Value {
+        Value::Object(self.arguments.clone())
+    }
+
     /// The call as the model writes it: `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
     pub fn to_block(&self) -> String {
         let mut body = Map::new();
@@ -31,7 +49,7 @@ impl ToolCall {
         );
         format!(
             "{OPEN_TAG}\n{}\n{CLOSE_TAG}",
-            super::python_json_dumps(&Value::Object(body), None)
+            pyjson::dumps_with(&Value::Object(body), pyjson::Layout::CHAT)
         )
     }
 }

@@ -67,17 +67,57 @@ pub fn float_repr(x: f64) -> String {
     out
 }
 
+/// How [`dumps_with`] lays JSON out: the `json.dumps` keyword arguments the engine uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Layout {
+    /// `indent`: each item on its own line, indented by this many spaces a level, items
+    /// separated by `","`; `None` puts everything on one line with `", "` between items.
+    pub indent: Option<usize>,
+    /// `sort_keys`: every object's keys sorted by code point.
+    pub sort_keys: bool,
+    /// `ensure_ascii`: every non-ASCII character (and DEL) escaped as `\uXXXX`; without it
+    /// they are written as they are and only `"`, `\` and control characters are escaped.
+    pub ensure_ascii: bool,
+}
+
+impl Layout {
+    /// Python's defaults: one line, keys in insertion order, `ensure_ascii=True`.
+    pub const PYTHON: Layout = Layout {
+        indent: None,
+        sort_keys: false,
+        ensure_ascii: true,
+    };
+    /// How chat templates write JSON (Hugging Face's `tojson`): Python's defaults with
+    /// `ensure_ascii=False`.
+    pub const CHAT: Layout = Layout {
+        indent: None,
+        sort_keys: false,
+        ensure_ascii: false,
+    };
+}
+
 /// Python's `json.dumps(value)` (default settings), optionally with `sort_keys=True`.
 pub fn dumps(value: &Value, sort_keys: bool) -> String {
+    dumps_with(
+        value,
+        Layout {
+            sort_keys,
+            ..Layout::PYTHON
+        },
+    )
+}
+
+/// Python's `json.dumps(value, indent=…, sort_keys=…, ensure_ascii=…)` as `layout` says.
+pub fn dumps_with(value: &Value, layout: Layout) -> String {
     let mut out = String::new();
-    write_value(&mut out, value, sort_keys);
+    write_value(&mut out, value, layout, 0);
     out
 }
 
 /// A string as a Python JSON string literal (quotes and `\uXXXX` escapes).
 pub fn quote(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
-    write_str(&mut out, text);
+    write_str(&mut out, text, true);
     out
 }
 
@@ -92,7 +132,7 @@ pub fn number_str(number: &serde_json::Number) -> String {
     }
 }
 
-fn write_value(out: &mut String, value: &Value, sort_keys: bool) {
+fn write_value(out: &mut String, value: &Value, layout: Layout, level: usize) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -111,48 +151,54 @@ fn write_value(out: &mut String, value: &Value, sort_keys: bool) {
                 out.push_str(&number.to_string());
             }
         }
-        Value::String(text) => write_str(out, text),
+        Value::String(text) => write_str(out, text, layout.ensure_ascii),
+        Value::Array(items) if items.is_empty() => out.push_str("[]"),
+        Value::Object(map) if map.is_empty() => out.push_str("{}"),
         Value::Array(items) => {
             out.push('[');
             for (idx, item) in items.iter().enumerate() {
-                if idx > 0 {
-                    out.push_str(", ");
-                }
-                write_value(out, item, sort_keys);
+                separate(out, idx, layout, level + 1);
+                write_value(out, item, layout, level + 1);
             }
+            newline(out, layout, level);
             out.push(']');
         }
         Value::Object(map) => {
             out.push('{');
-            if sort_keys {
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if layout.sort_keys {
                 entries.sort_by(|a, b| a.0.cmp(b.0));
-                write_entries(out, entries.into_iter(), sort_keys);
-            } else {
-                write_entries(out, map.iter(), sort_keys);
             }
+            for (idx, (key, item)) in entries.into_iter().enumerate() {
+                separate(out, idx, layout, level + 1);
+                write_str(out, key, layout.ensure_ascii);
+                out.push_str(": ");
+                write_value(out, item, layout, level + 1);
+            }
+            newline(out, layout, level);
             out.push('}');
         }
     }
 }
 
-fn write_entries<'a>(
-    out: &mut String,
-    entries: impl Iterator<Item = (&'a String, &'a Value)>,
-    sort_keys: bool,
-) {
-    for (idx, (key, item)) in entries.enumerate() {
-        if idx > 0 {
-            out.push_str(", ");
-        }
-        write_str(out, key);
-        out.push_str(": ");
-        write_value(out, item, sort_keys);
+/// What goes before item `idx` of a container whose items sit at `level`.
+fn separate(out: &mut String, idx: usize, layout: Layout, level: usize) {
+    if idx > 0 {
+        out.push_str(if layout.indent.is_some() { "," } else { ", " });
+    }
+    newline(out, layout, level);
+}
+
+/// With an indent: a line break and the indentation of `level`.
+fn newline(out: &mut String, layout: Layout, level: usize) {
+    if let Some(width) = layout.indent {
+        out.push('\n');
+        out.push_str(&" ".repeat(width * level));
     }
 }
 
-/// A JSON string literal as Python writes it with `ensure_ascii=True`.
-fn write_str(out: &mut String, text: &str) {
+/// A JSON string literal as Python writes it, with or without `ensure_ascii`.
+fn write_str(out: &mut String, text: &str, ensure_ascii: bool) {
     out.push('"');
     if text
         .bytes()
@@ -172,6 +218,7 @@ fn write_str(out: &mut String, text: &str) {
             '\u{08}' => out.push_str("\\b"),
             '\u{0c}' => out.push_str("\\f"),
             ' '..='~' => out.push(ch),
+            c if !ensure_ascii && c >= ' ' => out.push(c),
             _ => {
                 let mut units = [0u16; 2];
                 for unit in ch.encode_utf16(&mut units) {
@@ -224,5 +271,25 @@ mod tests {
         );
         assert_eq!(dumps(&json!([]), false), "[]");
         assert_eq!(dumps(&json!({}), true), "{}");
+    }
+
+    #[test]
+    fn layouts_match_python_keyword_arguments() {
+        let value = json!({"b": [1, 1e16, {}], "a": "é\u{7f}\t"});
+        // json.dumps(value, ensure_ascii=False)
+        assert_eq!(
+            dumps_with(&value, Layout::CHAT),
+            "{\"b\": [1, 1e+16, {}], \"a\": \"é\u{7f}\\t\"}"
+        );
+        // json.dumps(value, indent=2, sort_keys=True)
+        let layout = Layout {
+            indent: Some(2),
+            sort_keys: true,
+            ensure_ascii: true,
+        };
+        assert_eq!(
+            dumps_with(&value, layout),
+            "{\n  \"a\": \"\\u00e9\\u007f\\t\",\n  \"b\": [\n    1,\n    1e+16,\n    {}\n  ]\n}"
+        );
     }
 }

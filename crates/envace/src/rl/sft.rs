@@ -93,8 +93,8 @@ fn wrong_call(
     task: &GenTask,
     session: &Session,
     rng: &mut Rng,
-) -> Result<Option<(tasks::Call, serde_json::Value)>> {
-    let calls: Vec<tasks::Call> = task
+) -> Result<Option<(chat::ToolCall, serde_json::Value)>> {
+    let calls: Vec<chat::ToolCall> = task
         .oracle
         .iter()
         .filter(|m| m.role == chat::Role::Assistant)
@@ -108,20 +108,17 @@ fn wrong_call(
     for i in (1..order.len()).rev() {
         order.swap(i, rng.below(i + 1));
     }
-    let keys: Vec<String> = original
-        .arguments
-        .as_object()
-        .map(|args| args.keys().cloned().collect())
-        .unwrap_or_default();
+    let keys: Vec<String> = original.arguments.keys().cloned().collect();
     for kind in order {
         let mut call = original.clone();
-        let changed = match (kind, call.arguments.as_object_mut()) {
-            (0, Some(args)) => args
+        let args = &mut call.arguments;
+        let changed = match kind {
+            0 => args
                 .values_mut()
                 .find(|v| v.is_number())
                 .map(|v| *v = serde_json::Value::String(v.to_string()))
                 .is_some(),
-            (1, Some(args)) => args
+            1 => args
                 .values_mut()
                 .find_map(|v| match v {
                     serde_json::Value::String(text) => {
@@ -131,21 +128,20 @@ fn wrong_call(
                     _ => None,
                 })
                 .is_some(),
-            (2, Some(args)) => match rng.pick(&keys) {
+            2 => match rng.pick(&keys) {
                 Some(key) => args.remove(key).is_some(),
                 None => false,
             },
-            (3, _) => {
+            _ => {
                 call.name.push('s');
                 true
             }
-            _ => false,
         };
         if !changed {
             continue;
         }
         let mut env = tasks::fresh_env(task.domain, &session.sources)?;
-        let outcome = env.call(&call.name, &call.arguments);
+        let outcome = env.call(&call.name, &call.arguments_value());
         if outcome.is_failure() {
             return Ok(Some((call, outcome_json(&outcome))));
         }
@@ -169,7 +165,7 @@ impl OracleAttempt {
     /// The oracle's attempt at `task` with the real responses.
     fn of(task: &GenTask) -> Self {
         let mut calls = Vec::new();
-        let mut pending: Vec<tasks::Call> = Vec::new();
+        let mut pending: Vec<chat::ToolCall> = Vec::new();
         let mut answer = String::new();
         for message in &task.oracle {
             match message.role {
@@ -188,7 +184,11 @@ impl OracleAttempt {
                         // Shown as the agent reads it, as test-time memories show responses.
                         let response = serde_json::from_str(&message.content)
                             .map_or_else(|_| message.content.clone(), |v| render_for_agent(&v));
-                        calls.push((call.name, call.arguments.to_string(), response));
+                        calls.push((
+                            call.name.clone(),
+                            call.arguments_value().to_string(),
+                            response,
+                        ));
                     }
                 }
                 chat::Role::System | chat::Role::User => {}
@@ -313,7 +313,7 @@ fn memory_items(
                     calls: vec![format!(
                         "{} {} -> {}",
                         call.name,
-                        call.arguments,
+                        call.arguments_value(),
                         render_for_agent(response)
                     )],
                     outcome: "no answer".to_owned(),

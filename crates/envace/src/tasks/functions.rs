@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::{Call, Fact, Plan, Rng, capitalise, pick_text, split_of};
+use super::{Fact, Plan, Rng, capitalise, pick_text, split_of};
+use crate::chat::ToolCall;
 use crate::config::TaskSplit;
 use crate::env::functions::{
     LENGTH_NAMES, LENGTH_UNITS, MONTHS, TEMPERATURE_NAMES, civil_from_days, days_from_civil,
@@ -72,7 +73,7 @@ fn split_value<T: ToString>(
 /// One planned call with its question, the sentence that answers it, the result that sentence
 /// states (the fact a final answer must mention) and the data values it uses.
 struct Item {
-    call: Call,
+    call: ToolCall,
     question: String,
     answer_text: String,
     result_text: String,
@@ -100,7 +101,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                 "power" => {
                     let e = rng.range(2, 4);
                     (
-                        Call::new("power", vec![("base", json!(b)), ("exponent", json!(e))]),
+                        ToolCall::new("power", vec![("base", json!(b)), ("exponent", json!(e))]),
                         pick_text(
                             rng,
                             &["{b} to the power of {e}", "{b}^{e}", "{b} raised to {e}"],
@@ -109,7 +110,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     )
                 }
                 _ => (
-                    Call::new(op, vec![("a", json!(a)), ("b", json!(b))]),
+                    ToolCall::new(op, vec![("a", json!(a)), ("b", json!(b))]),
                     match op {
                         "add" => pick_text(
                             rng,
@@ -145,7 +146,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     return None;
                 }
                 (
-                    Call::new(
+                    ToolCall::new(
                         "convert_length",
                         vec![
                             ("value", json!(value)),
@@ -175,7 +176,7 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     return None;
                 }
                 (
-                    Call::new(
+                    ToolCall::new(
                         "convert_temperature",
                         vec![
                             ("value", json!(value)),
@@ -227,7 +228,11 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
                     &[("w", word.clone())],
                 ),
             };
-            (Call::new(op, vec![("text", json!(word))]), q, vec![word])
+            (
+                ToolCall::new(op, vec![("text", json!(word))]),
+                q,
+                vec![word],
+            )
         }
         _ => date_item(split, rng, |date, _| date.to_owned())?,
     };
@@ -235,8 +240,8 @@ fn item(kind: usize, split: TaskSplit, rng: &mut Rng) -> Option<Item> {
 }
 
 /// The item of a call: the environment's result, the sentence stating it and the fact.
-fn finish_item(call: Call, question: String, values: Vec<String>) -> Option<Item> {
-    let args = call.arguments.as_object()?;
+fn finish_item(call: ToolCall, question: String, values: Vec<String>) -> Option<Item> {
+    let args = &call.arguments;
     let result = run(&call.name, args).ok()?.get("result").cloned()?;
     let result_text = shown_plain(&result);
     Some(Item {
@@ -265,7 +270,7 @@ fn named_units_item(split: TaskSplit, rng: &mut Rng) -> Option<Item> {
     }
     let from_word = *rng.pick(from_names)?;
     let to_word = *rng.pick(to_names)?;
-    let call = Call::new(
+    let call = ToolCall::new(
         name,
         vec![
             ("value", json!(value)),
@@ -302,7 +307,7 @@ fn date_item(
     split: TaskSplit,
     rng: &mut Rng,
     shown: fn(&str, &mut Rng) -> String,
-) -> Option<(Call, String, Vec<String>)> {
+) -> Option<(ToolCall, String, Vec<String>)> {
     let date_of = |r: &mut Rng| format_date(days_from_civil(2020, 1, 1) + r.range(0, 3000));
     let start = split_value(split, rng, date_of);
     let start_text = shown(&start, rng);
@@ -312,7 +317,7 @@ fn date_item(
             let end = split_value(split, rng, date_of);
             let end_text = shown(&end, rng);
             (
-                Call::new(
+                ToolCall::new(
                     "days_between",
                     vec![("start_date", json!(start)), ("end_date", json!(end))],
                 ),
@@ -330,7 +335,7 @@ fn date_item(
         "add_days" => {
             let days = rng.range(1, 400);
             (
-                Call::new(
+                ToolCall::new(
                     "add_days",
                     vec![("date", json!(start)), ("days", json!(days))],
                 ),
@@ -343,7 +348,7 @@ fn date_item(
             )
         }
         _ => (
-            Call::new("day_of_week", vec![("date", json!(start))]),
+            ToolCall::new("day_of_week", vec![("date", json!(start))]),
             pick_text(
                 rng,
                 &["the weekday of {s}", "which day of the week {s} was"],
@@ -474,7 +479,7 @@ fn plan_of(
     difficulty: u32,
     rng: &mut Rng,
 ) -> Option<Plan> {
-    let calls: Vec<Call> = items.iter().map(|i| i.call.clone()).collect();
+    let calls: Vec<ToolCall> = items.iter().map(|i| i.call.clone()).collect();
     let distinct: BTreeSet<String> = calls.iter().map(|c| c.to_block()).collect();
     if distinct.len() != calls.len() {
         return None;

@@ -9,7 +9,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Call, Checklist, Message, Role, Rule};
+use super::{Checklist, Message, Role, Rule};
+use crate::chat::ToolCall;
 
 /// The verdict on one standard.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,34 +56,15 @@ pub fn episode_score(turn_scores: &[f64], n_checklists: usize, max_turns: usize)
     turn_scores.iter().sum::<f64>() / denominator
 }
 
-/// Parses the `<tool_call>…</tool_call>` blocks of an assistant message. A block that is not
-/// `{"name": str, "arguments": object}` JSON gives an `Err` with the reason (data, not a crash).
-pub fn parse_tool_calls(text: &str) -> Vec<Result<Call, String>> {
-    let mut calls = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("<tool_call>") {
-        let after = &rest[start + "<tool_call>".len()..];
-        let Some(end) = after.find("</tool_call>") else {
-            calls.push(Err("a <tool_call> block is not closed".to_owned()));
-            break;
-        };
-        let body = after[..end].trim();
-        calls.push(match serde_json::from_str::<Value>(body) {
-            Ok(Value::Object(map)) => match (map.get("name"), map.get("arguments")) {
-                (Some(Value::String(name)), Some(arguments @ Value::Object(_))) => Ok(Call {
-                    name: name.clone(),
-                    arguments: arguments.clone(),
-                }),
-                _ => Err(format!(
-                    "tool call {body:?} lacks a string \"name\" or an object \"arguments\""
-                )),
-            },
-            Ok(_) => Err(format!("tool call {body:?} is not a JSON object")),
-            Err(err) => Err(format!("tool call {body:?} is not JSON: {err}")),
-        });
-        rest = &after[end + "</tool_call>".len()..];
-    }
-    calls
+/// The tool calls of an assistant message, parsed as the engine parses them
+/// ([`crate::chat::parse_tool_calls`]): a malformed block gives an `Err` with the reason (data,
+/// not a crash).
+pub fn parse_tool_calls(text: &str) -> Vec<Result<ToolCall, String>> {
+    crate::chat::parse_tool_calls(text)
+        .calls
+        .into_iter()
+        .map(|call| call.map_err(|error| error.message))
+        .collect()
 }
 
 /// The final answer: the last assistant message without tool calls, `<think>` stripped.
@@ -126,8 +108,8 @@ fn json_eq(a: &Value, b: &Value) -> bool {
 /// `(name, required arguments, the call paired with it)`.
 fn assign_calls<'a>(
     checklist: &'a Checklist,
-    calls: &'a [Call],
-) -> Vec<(&'a str, &'a Value, Option<&'a Call>)> {
+    calls: &'a [ToolCall],
+) -> Vec<(&'a str, &'a Value, Option<&'a ToolCall>)> {
     let mut required: Vec<(&str, &Value)> = Vec::new();
     for standard in &checklist.standards {
         if let Rule::Argument {
@@ -140,7 +122,7 @@ fn assign_calls<'a>(
             required.push((name.as_str(), arguments));
         }
     }
-    let matching = |want: &Value, call: &Call| -> usize {
+    let matching = |want: &Value, call: &ToolCall| -> usize {
         want.as_object().map_or(0, |want| {
             want.iter()
                 .filter(|(k, v)| {
@@ -160,7 +142,7 @@ fn assign_calls<'a>(
         }
     }
     pairs.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
-    let mut paired: Vec<Option<&Call>> = vec![None; required.len()];
+    let mut paired: Vec<Option<&ToolCall>> = vec![None; required.len()];
     let mut used = vec![false; calls.len()];
     for (_, r, c) in pairs {
         if paired[r].is_none() && !used[c] {
@@ -183,7 +165,7 @@ pub fn judge(
     state_hash: Option<&str>,
     max_turns: usize,
 ) -> JudgeReport {
-    let calls: Vec<Call> = trajectory
+    let calls: Vec<ToolCall> = trajectory
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .flat_map(|m| parse_tool_calls(&m.content))
@@ -199,14 +181,20 @@ pub fn judge(
         for (standard_idx, standard) in checklist.standards.iter().enumerate() {
             let (met, reason) = match &standard.rule {
                 Rule::Called { name, arguments } => {
-                    let same_name: Vec<&Call> = calls.iter().filter(|c| &c.name == name).collect();
-                    if same_name.iter().any(|c| json_eq(&c.arguments, arguments)) {
+                    let same_name: Vec<&ToolCall> =
+                        calls.iter().filter(|c| &c.name == name).collect();
+                    if same_name
+                        .iter()
+                        .any(|c| json_eq(&c.arguments_value(), arguments))
+                    {
                         (true, format!("{name} was called with {arguments}"))
                     } else if same_name.is_empty() {
                         (false, format!("{name} was never called"))
                     } else {
-                        let seen: Vec<String> =
-                            same_name.iter().map(|c| c.arguments.to_string()).collect();
+                        let seen: Vec<String> = same_name
+                            .iter()
+                            .map(|c| c.arguments_value().to_string())
+                            .collect();
                         (
                             false,
                             format!(

@@ -55,10 +55,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::chat::{Message, Role};
+use crate::chat::{Message, Role, ToolCall};
 use crate::config::{Domain, TaskSplit};
 use crate::env::tau2::Tau2Domain;
 use crate::env::{Environment, render_outcome};
@@ -130,38 +130,6 @@ pub struct Checklist {
     pub turn_idx: usize,
     /// The standards.
     pub standards: Vec<Standard>,
-}
-
-/// A tool call: name and arguments.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Call {
-    /// Tool name.
-    pub name: String,
-    /// Arguments (a JSON object).
-    pub arguments: Value,
-}
-
-impl Call {
-    /// A call of `name` with these `(key, value)` arguments, in order.
-    pub fn new(name: &str, arguments: Vec<(&str, Value)>) -> Self {
-        let mut map = Map::new();
-        for (key, value) in arguments {
-            map.insert(key.to_owned(), value);
-        }
-        Call {
-            name: name.to_owned(),
-            arguments: Value::Object(map),
-        }
-    }
-
-    /// The call as a Qwen3/Hermes block: `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>`.
-    pub fn to_block(&self) -> String {
-        let body = serde_json::json!({"name": self.name, "arguments": self.arguments});
-        format!(
-            "<tool_call>\n{}\n</tool_call>",
-            crate::env::pyjson::dumps(&body, false)
-        )
-    }
 }
 
 /// A generated task.
@@ -325,7 +293,7 @@ impl Runner {
 
     /// Runs calls from the initial state; returns each outcome rendered (`Err` for a failure)
     /// and the final state's delta hash, and leaves the environment in the initial state.
-    fn run(&mut self, calls: &[Result<Call, String>]) -> (Vec<Result<String, String>>, String) {
+    fn run(&mut self, calls: &[Result<ToolCall, String>]) -> (Vec<Result<String, String>>, String) {
         let mutates = calls
             .iter()
             .flatten()
@@ -334,7 +302,7 @@ impl Runner {
         for call in calls {
             responses.push(match call {
                 Ok(call) => {
-                    let outcome = self.env.call(&call.name, &call.arguments);
+                    let outcome = self.env.call(&call.name, &call.arguments_value());
                     if outcome.is_failure() {
                         Err(render_outcome(&outcome))
                     } else {
@@ -357,7 +325,7 @@ impl Runner {
     /// Replays the `<tool_call>` blocks of a trajectory's assistant messages from the initial
     /// state.
     pub fn replay(&mut self, trajectory: &[Message]) -> Replay {
-        let calls: Vec<Result<Call, String>> = trajectory
+        let calls: Vec<Result<ToolCall, String>> = trajectory
             .iter()
             .filter(|m| m.role == Role::Assistant)
             .flat_map(|m| parse_tool_calls(&m.content))
@@ -445,10 +413,10 @@ pub(crate) struct Fact {
 pub(crate) struct Plan {
     pub family: &'static str,
     pub request: String,
-    pub turns: Vec<Vec<Call>>,
+    pub turns: Vec<Vec<ToolCall>>,
     /// Calls the checklist requires (usually all of them; lookups given in the request are
     /// still required when the oracle makes them).
-    pub required: Vec<Call>,
+    pub required: Vec<ToolCall>,
     pub facts: Vec<Fact>,
     pub answer: String,
     /// Whether the final state is checked (writes always; reads from difficulty 3).
@@ -476,7 +444,8 @@ fn build(
         .iter()
         .flatten()
         .any(|call| runner.env.mutates_state(&call.name));
-    let calls: Vec<Result<Call, String>> = plan.turns.iter().flatten().cloned().map(Ok).collect();
+    let calls: Vec<Result<ToolCall, String>> =
+        plan.turns.iter().flatten().cloned().map(Ok).collect();
     let (responses, final_hash) = runner.run(&calls);
     let mut responses = responses.into_iter();
     let mut oracle = vec![Message {
@@ -484,7 +453,7 @@ fn build(
         content: plan.request.clone(),
     }];
     for turn in &plan.turns {
-        let blocks: Vec<String> = turn.iter().map(Call::to_block).collect();
+        let blocks: Vec<String> = turn.iter().map(ToolCall::to_block).collect();
         oracle.push(Message {
             role: Role::Assistant,
             content: blocks.join("\n"),
@@ -527,11 +496,7 @@ fn build(
     }
     let mut standards = Vec::new();
     for call in &plan.required {
-        let keys: Vec<&String> = call
-            .arguments
-            .as_object()
-            .map(|args| args.keys().collect())
-            .unwrap_or_default();
+        let keys: Vec<&String> = call.arguments.keys().collect();
         if !keys.is_empty() {
             // One standard per argument, sharing the call's weight of 1.
             let weight = 1.0 / keys.len() as f64;
@@ -542,7 +507,8 @@ fn build(
                     focus_on: format!("the agent's {} tool calls", call.name),
                     pass_condition: format!(
                         "The call to {} that matches {} best has {key} = {value}",
-                        call.name, call.arguments
+                        call.name,
+                        call.arguments_value()
                     ),
                     failure_examples: vec![
                         format!("{} is never called", call.name),
@@ -551,7 +517,7 @@ fn build(
                     weight,
                     rule: Rule::Argument {
                         name: call.name.clone(),
-                        arguments: call.arguments.clone(),
+                        arguments: call.arguments_value(),
                         key: key.clone(),
                     },
                 });
@@ -563,7 +529,8 @@ fn build(
             focus_on: format!("the agent's {} tool calls", call.name),
             pass_condition: format!(
                 "A call to {} with exactly the arguments {}",
-                call.name, call.arguments
+                call.name,
+                call.arguments_value()
             ),
             failure_examples: vec![
                 format!("{} is never called", call.name),
@@ -572,7 +539,7 @@ fn build(
             weight: 1.0,
             rule: Rule::Called {
                 name: call.name.clone(),
-                arguments: call.arguments.clone(),
+                arguments: call.arguments_value(),
             },
         });
     }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Call, Fact, Plan, Rng, pick_text, split_of};
+use super::{Fact, Plan, Rng, pick_text, split_of};
+use crate::chat::ToolCall;
 use crate::config::TaskSplit;
 use crate::env::tau2::airline::{
     AirlineDb, Flight, FlightDateStatus, PaymentMethod, Reservation, User,
@@ -130,12 +131,12 @@ fn reservation_details(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Opt
     let mut turns = Vec::new();
     if difficulty >= 2 {
         request = format!("I'm {}. {request}", reservation.user_id);
-        turns.push(vec![Call::new(
+        turns.push(vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(reservation.user_id))],
         )]);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_reservation_details",
         vec![("reservation_id", json!(reservation.reservation_id))],
     )]);
@@ -215,10 +216,10 @@ fn flight_status(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<Pl
         ],
         &[("f", flight.flight_number.clone()), ("d", date_text)],
     );
-    let calls: Vec<Call> = picked
+    let calls: Vec<ToolCall> = picked
         .iter()
         .map(|date| {
-            Call::new(
+            ToolCall::new(
                 "get_flight_status",
                 vec![
                     ("flight_number", json!(flight.flight_number)),
@@ -313,7 +314,7 @@ fn search_direct_flights(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> O
             ("date", date.clone()),
         ],
     );
-    let call = Call::new(
+    let call = ToolCall::new(
         "search_direct_flight",
         vec![
             ("origin", json!(flight.origin)),
@@ -381,15 +382,15 @@ fn cancel_reservation(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Opti
         ],
     );
     let turns = vec![
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(reservation.user_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_reservation_details",
             vec![("reservation_id", json!(reservation.reservation_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "cancel_reservation",
             vec![("reservation_id", json!(reservation.reservation_id))],
         )],
@@ -452,15 +453,15 @@ fn update_baggage(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<P
         ],
     );
     let turns = vec![
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(reservation.user_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_reservation_details",
             vec![("reservation_id", json!(reservation.reservation_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "update_reservation_baggages",
             vec![
                 ("reservation_id", json!(reservation.reservation_id)),
@@ -544,11 +545,11 @@ fn update_passengers(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Optio
         ],
     );
     let turns = vec![
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_reservation_details",
             vec![("reservation_id", json!(reservation.reservation_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "update_reservation_passengers",
             vec![
                 ("reservation_id", json!(reservation.reservation_id)),
@@ -639,11 +640,11 @@ fn book_flight(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<Plan
         ],
     );
     let turns = vec![
-        vec![Call::new(
+        vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(user.user_id))],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "search_direct_flight",
             vec![
                 ("origin", json!(flight.origin)),
@@ -651,7 +652,7 @@ fn book_flight(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<Plan
                 ("date", json!(date)),
             ],
         )],
-        vec![Call::new(
+        vec![ToolCall::new(
             "book_reservation",
             vec![
                 ("user_id", json!(user.user_id)),

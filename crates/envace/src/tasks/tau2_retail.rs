@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Call, Fact, Plan, Rng, capitalise, fill, split_of};
+use super::{Fact, Plan, Rng, capitalise, fill, split_of};
+use crate::chat::ToolCall;
 use crate::config::TaskSplit;
 use crate::env::tau2::retail::{Order, PaymentMethod, Product, RetailDb, User};
 use crate::env::tau2::{Db, Tau2Domain};
@@ -86,7 +87,12 @@ const CITIES: [(&str, &str, &str); 6] = [
 ];
 
 /// How the user identifies themself, and the look-up calls that this takes.
-fn identify(pools: &Pools<'_>, user: &User, difficulty: u32, rng: &mut Rng) -> (String, Vec<Call>) {
+fn identify(
+    pools: &Pools<'_>,
+    user: &User,
+    difficulty: u32,
+    rng: &mut Rng,
+) -> (String, Vec<ToolCall>) {
     if difficulty <= 1 {
         let text = fill(
             rng.pick(&["My user id is {id}.", "I'm user {id}.", "(user id: {id})"])
@@ -124,7 +130,7 @@ fn identify(pools: &Pools<'_>, user: &User, difficulty: u32, rng: &mut Rng) -> (
                 ("zip", user.address.zip.clone()),
             ],
         );
-        let call = Call::new(
+        let call = ToolCall::new(
             "find_user_id_by_name_zip",
             vec![
                 ("first_name", json!(user.name.first_name)),
@@ -145,7 +151,7 @@ fn identify(pools: &Pools<'_>, user: &User, difficulty: u32, rng: &mut Rng) -> (
             .unwrap_or(""),
             &[("email", user.email.clone())],
         );
-        let call = Call::new("find_user_id_by_email", vec![("email", json!(user.email))]);
+        let call = ToolCall::new("find_user_id_by_email", vec![("email", json!(user.email))]);
         (text, vec![call])
     }
 }
@@ -227,7 +233,7 @@ fn user_lookup(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<Plan
         .to_owned();
     let mut answer = format!("Your user id is {}.", user.user_id);
     if difficulty >= 3 {
-        turns.push(vec![Call::new(
+        turns.push(vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(user.user_id))],
         )]);
@@ -277,7 +283,7 @@ fn order_status(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Option<Pla
     if !lookup.is_empty() {
         turns.push(lookup);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_order_details",
         vec![("order_id", json!(order.order_id))],
     )]);
@@ -358,9 +364,9 @@ fn variant_availability(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Op
     );
     let mut turns = Vec::new();
     if difficulty >= 2 {
-        turns.push(vec![Call::new("list_all_product_types", vec![])]);
+        turns.push(vec![ToolCall::new("list_all_product_types", vec![])]);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_product_details",
         vec![("product_id", json!(product.product_id))],
     )]);
@@ -449,11 +455,11 @@ fn cancel_pending_order(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Op
     if !lookup.is_empty() {
         turns.push(lookup);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_order_details",
         vec![("order_id", json!(order.order_id))],
     )]);
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "cancel_pending_order",
         vec![
             ("order_id", json!(order.order_id)),
@@ -563,11 +569,11 @@ fn modify_order_address(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Op
     if !lookup.is_empty() {
         turns.push(lookup);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_order_details",
         vec![("order_id", json!(order.order_id))],
     )]);
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "modify_pending_order_address",
         address_args(("order_id", &order.order_id), &address),
     )]);
@@ -616,12 +622,12 @@ fn modify_user_address(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> Opt
         turns.push(lookup);
     }
     if difficulty >= 3 {
-        turns.push(vec![Call::new(
+        turns.push(vec![ToolCall::new(
             "get_user_details",
             vec![("user_id", json!(user.user_id))],
         )]);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "modify_user_address",
         address_args(("user_id", &user.user_id), &address),
     )]);
@@ -687,11 +693,11 @@ fn return_delivered_items(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) -> 
     if !lookup.is_empty() {
         turns.push(lookup);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_order_details",
         vec![("order_id", json!(order.order_id))],
     )]);
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "return_delivered_order_items",
         vec![
             ("order_id", json!(order.order_id)),
@@ -771,15 +777,15 @@ fn exchange_delivered_item(pools: &Pools<'_>, difficulty: u32, rng: &mut Rng) ->
     if !lookup.is_empty() {
         turns.push(lookup);
     }
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_order_details",
         vec![("order_id", json!(order.order_id))],
     )]);
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "get_product_details",
         vec![("product_id", json!(product.product_id))],
     )]);
-    turns.push(vec![Call::new(
+    turns.push(vec![ToolCall::new(
         "exchange_delivered_order_items",
         vec![
             ("order_id", json!(order.order_id)),

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use envace::chat::ToolCall;
 use envace::config::{Domain, TaskSplit};
 use envace::env::functions::FunctionsEnv;
 use envace::env::tau2::{DomainKind, Tau2Domain};
@@ -18,7 +19,7 @@ use envace::env::{
 use envace::mcp::{
     EnvFactory, McpEnvironment, McpOptions, McpServer, domain_factory, serve_http, serve_stdio,
 };
-use envace::tasks::{Call, GenConfig, GenSources, generate, parse_tool_calls};
+use envace::tasks::{GenConfig, GenSources, generate, parse_tool_calls};
 use serde_json::{Value, json};
 
 fn data_root() -> PathBuf {
@@ -90,7 +91,7 @@ fn sources() -> GenSources {
 
 /// A scripted trajectory: the oracle calls of generated tasks (every difficulty, writes
 /// included) and a few invalid calls, all in one session.
-fn script(domain: Domain, sources: &GenSources) -> Vec<Call> {
+fn script(domain: Domain, sources: &GenSources) -> Vec<ToolCall> {
     let mut calls = Vec::new();
     for difficulty in 1..=5 {
         let config = GenConfig {
@@ -110,9 +111,9 @@ fn script(domain: Domain, sources: &GenSources) -> Vec<Call> {
             }
         }
     }
-    calls.push(Call::new("no_such_tool", vec![]));
+    calls.push(ToolCall::new("no_such_tool", vec![]));
     let first = calls[0].clone();
-    calls.push(Call::new(&first.name, vec![("unexpected", json!(1))]));
+    calls.push(ToolCall::new(&first.name, vec![("unexpected", json!(1))]));
     calls
 }
 
@@ -137,12 +138,12 @@ fn compare(
     domain: Domain,
     remote: &mut McpEnvironment,
     local: &mut dyn Environment,
-    calls: &[Call],
+    calls: &[ToolCall],
 ) -> usize {
     same_tools(remote, local);
     for (idx, call) in calls.iter().enumerate() {
-        let want = local.call(&call.name, &call.arguments);
-        let got = remote.call(&call.name, &call.arguments);
+        let want = local.call(&call.name, &call.arguments_value());
+        let got = remote.call(&call.name, &call.arguments_value());
         assert_eq!(
             render_outcome(&got),
             render_outcome(&want),

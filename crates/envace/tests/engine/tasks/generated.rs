@@ -10,7 +10,7 @@ use envace::tasks::{
     GenConfig, GenTask, Rule, Runner, digest, families, fresh_env, generate, judge,
     parse_tool_calls, split_name, split_of,
 };
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::sources;
 
@@ -92,7 +92,7 @@ fn oracles_replayed_through_the_real_tools_reach_full_score() {
 }
 
 /// The assistant message and block index of the last tool call, and that call.
-fn last_call(task: &GenTask) -> (usize, usize, envace::tasks::Call) {
+fn last_call(task: &GenTask) -> (usize, usize, envace::chat::ToolCall) {
     let (msg_idx, msg) = task
         .oracle
         .iter()
@@ -106,8 +106,8 @@ fn last_call(task: &GenTask) -> (usize, usize, envace::tasks::Call) {
 }
 
 /// Changes the first string or number argument of a call; returns the key changed.
-fn perturb(arguments: &mut Value) -> Option<String> {
-    for (key, value) in arguments.as_object_mut()? {
+fn perturb(arguments: &mut Map<String, Value>) -> Option<String> {
+    for (key, value) in arguments {
         match value {
             Value::String(text) => text.push('X'),
             Value::Number(n) => *value = Value::from(n.as_f64()? + 1.0),
@@ -144,7 +144,7 @@ fn a_perturbed_argument_loses_exactly_the_standards_that_check_it() {
                 .enumerate()
                 .filter(|(_, s)| match &s.rule {
                     Rule::Called { name, arguments } => {
-                        name == &original.name && arguments == &original.arguments
+                        name == &original.name && arguments == &original.arguments_value()
                     }
                     Rule::Argument {
                         name,
@@ -152,7 +152,7 @@ fn a_perturbed_argument_loses_exactly_the_standards_that_check_it() {
                         key: checked,
                     } => {
                         name == &original.name
-                            && arguments == &original.arguments
+                            && arguments == &original.arguments_value()
                             && checked == &key
                     }
                     Rule::StateHash { .. } => probe.mutates_state(&original.name),
@@ -381,7 +381,7 @@ fn oracle_turns_use_the_hermes_format_and_render_real_outcomes() {
     {
         let call = call.as_ref().unwrap();
         assert_eq!(
-            render_outcome(&env.call(&call.name, &call.arguments)),
+            render_outcome(&env.call(&call.name, &call.arguments_value())),
             response.content
         );
     }

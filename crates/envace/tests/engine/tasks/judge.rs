@@ -8,7 +8,7 @@ fn check_parse(text: &str, expect: Expect) {
     let parsed: Vec<String> = parse_tool_calls(text)
         .into_iter()
         .map(|call| match call {
-            Ok(call) => format!("ok {} {}", call.name, call.arguments),
+            Ok(call) => format!("ok {} {}", call.name, call.arguments_value()),
             Err(reason) => format!("err {reason}"),
         })
         .collect();
@@ -24,19 +24,22 @@ fn tool_calls_are_parsed_in_order_and_bad_blocks_are_data() {
             ok day_of_week {"date":"2024-05-01"}"#]],
     );
     check_parse("no calls here", expect![[""]]);
+    // Read as the engine reads calls: arguments given as a JSON string are accepted too.
+    check_parse(
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1}\"}\n</tool_call>",
+        expect![[r#"ok add {"a":1}"#]],
+    );
     check_parse(
         "<tool_call>\n{\"name\": \"add\"}\n</tool_call>",
-        expect![[
-            r#"err tool call "{\"name\": \"add\"}" lacks a string "name" or an object "arguments""#
-        ]],
+        expect![[r#"err the call of add has no "arguments""#]],
     );
     check_parse(
         "<tool_call>\n{oops}\n</tool_call>",
-        expect![[r#"err tool call "{oops}" is not JSON: key must be a string at line 1 column 2"#]],
+        expect!["err the tool call is not valid JSON: key must be a string at line 1 column 2"],
     );
     check_parse(
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {}}",
-        expect![["err a <tool_call> block is not closed"]],
+        expect!["err <tool_call> at byte 0 has no </tool_call> before the end of the turn"],
     );
 }
 

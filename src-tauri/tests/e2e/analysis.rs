@@ -13,7 +13,7 @@ use std::sync::Arc;
 use envace::config::{Role, TaskSplit};
 use envace::controller::{Controller, JobOutcome, JobSpec};
 use envace::rl::session::{Session, load_sources, task_pool};
-use envace::rollout::{GenRequest, Scripted, record_episodes};
+use envace::rollout::{GenerationRequest, Scripted, record_episodes};
 use envace::store::{Batch, RunId, RunStatus, RunWriter, Store};
 use envace::tasks::GenTask;
 use serde_json::{Value, json};
@@ -86,7 +86,7 @@ fn scripted_group_run(store_path: &Path) -> RunId {
     let pool = task_pool(&config, &sources, TaskSplit::Train, 8, 3).unwrap();
     let mut session = Session::create(config, run, writer, &pool, sources).unwrap();
     let tasks: Vec<Arc<GenTask>> = pool.clone();
-    let mut policy = Scripted::new(move |request: &GenRequest, prompt: &str| {
+    let mut policy = Scripted::new(move |request: &GenerationRequest, prompt: &str| {
         if request.role == Role::Rehearse {
             return envace::rehearse::execution_result_block(&json!({"result": 0}));
         }

@@ -19,7 +19,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::config::{LrSchedule, Role};
 use crate::error::{Error, Result};
 use crate::model::{Policy, fused};
-use crate::rollout::{GenWindow, Label, Sample};
+use crate::rollout::{GenerationWindow, Label, Sample};
 
 /// One training sequence: tokens with labels, the roles whose sampled tokens are trained, and
 /// a per-sequence advantage (1 for SFT).
@@ -58,7 +58,7 @@ impl TrainItem {
             start,
             pinned,
         };
-        let mut contexts: Vec<((usize, usize), Vec<&GenWindow>)> = Vec::new();
+        let mut contexts: Vec<((usize, usize), Vec<&GenerationWindow>)> = Vec::new();
         for window in &sample.windows {
             let key = (window.context_start, window.pinned);
             match contexts.iter_mut().find(|(k, _)| *k == key) {

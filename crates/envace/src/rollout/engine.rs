@@ -21,9 +21,10 @@ use crate::rng::Rng;
 use crate::tasks::GenTask;
 
 use super::codec::TokenCodec;
-use super::generators::{GenRequest, Generator};
+use super::generators::{GenerationRequest, Generator};
 use super::record::{
-    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, ResponseSource, Sample, TurnRecord,
+    CallRecord, EndReason, EpisodeRecord, GenerationWindow, Label, ResponseSource, Sample,
+    TurnRecord,
 };
 
 /// The error code recorded for a call the external simulator could not answer (the episode is
@@ -337,7 +338,7 @@ fn act_step(
         context_starts.push((context_start, pinned));
         let mut prompt = live.act.tokens[..pinned].to_vec();
         prompt.extend_from_slice(&live.act.tokens[context_start..]);
-        requests.push(GenRequest {
+        requests.push(GenerationRequest {
             role: Role::Act,
             prompt,
             max_new_tokens: settings.max_response_tokens,
@@ -355,7 +356,7 @@ fn act_step(
         let start = live.act.tokens.len();
         live.act.push(&output.tokens, Label::Act);
         live.act.logprobs.extend_from_slice(&output.logprobs);
-        live.act.windows.push(GenWindow {
+        live.act.windows.push(GenerationWindow {
             context_start,
             start,
             end: live.act.tokens.len(),
@@ -561,12 +562,12 @@ fn answer_rehearsals(
     if jobs.is_empty() {
         return Ok(());
     }
-    let requests: Vec<GenRequest> = jobs
+    let requests: Vec<GenerationRequest> = jobs
         .iter()
         .map(|job| {
             let context_start = job.prompt.len().saturating_sub(settings.max_prompt_tokens);
             let turn_idx = lives[job.live].turns.len().saturating_sub(1);
-            GenRequest {
+            GenerationRequest {
                 role: Role::Rehearse,
                 prompt: job.prompt[context_start..].to_vec(),
                 max_new_tokens: settings.max_response_tokens,
@@ -597,7 +598,7 @@ fn answer_rehearsals(
         let start = sample.tokens.len();
         sample.push(&output.tokens, Label::Rehearse);
         sample.logprobs = output.logprobs;
-        sample.windows.push(GenWindow {
+        sample.windows.push(GenerationWindow {
             context_start: prompt.len().saturating_sub(settings.max_prompt_tokens),
             start,
             end: sample.tokens.len(),

@@ -19,7 +19,7 @@ use super::codec::TokenCodec;
 
 /// One generation the engine asks for.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GenRequest {
+pub struct GenerationRequest {
     /// Acting or rehearsing.
     pub role: Role,
     /// The (left-truncated) context.
@@ -41,7 +41,7 @@ pub struct GenRequest {
 
 /// A generation: new tokens (the stop token included when reached) and their log-probabilities.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GenOutput {
+pub struct GenerationOutput {
     /// The new tokens.
     pub tokens: Vec<u32>,
     /// Log-probability of each new token under the generating policy.
@@ -51,7 +51,11 @@ pub struct GenOutput {
 /// Whatever produces tokens for the engine: the policy, or a deterministic stand-in.
 pub trait Generator {
     /// Answers every request, in order.
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>>;
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>>;
 }
 
 /// The policy as a generator: all requests in one left-padded batch.
@@ -66,7 +70,11 @@ pub struct PolicyGenerator {
 }
 
 impl Generator for PolicyGenerator {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
         let mut out = Vec::with_capacity(requests.len());
         for chunk in requests.chunks(self.max_batch.max(1)) {
             let prompts: Vec<Vec<u32>> = chunk.iter().map(|r| r.prompt.clone()).collect();
@@ -81,7 +89,7 @@ impl Generator for PolicyGenerator {
             for (request, mut g) in chunk.iter().zip(generated) {
                 g.tokens.truncate(request.max_new_tokens);
                 g.logprobs.truncate(request.max_new_tokens);
-                out.push(GenOutput {
+                out.push(GenerationOutput {
                     tokens: g.tokens,
                     logprobs: g.logprobs,
                 });
@@ -100,7 +108,7 @@ pub struct Scripted<F> {
 
 impl<F> Scripted<F>
 where
-    F: FnMut(&GenRequest, &str) -> String,
+    F: FnMut(&GenerationRequest, &str) -> String,
 {
     /// A generator that answers with `script(request, prompt_text)`.
     pub fn new(script: F) -> Self {
@@ -116,9 +124,13 @@ impl<F> std::fmt::Debug for Scripted<F> {
 
 impl<F> Generator for Scripted<F>
 where
-    F: FnMut(&GenRequest, &str) -> String,
+    F: FnMut(&GenerationRequest, &str) -> String,
 {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
         requests
             .iter()
             .map(|request| {
@@ -132,7 +144,7 @@ where
                     tokens.push(stop);
                 }
                 let logprobs = vec![0.0; tokens.len()];
-                Ok(GenOutput { tokens, logprobs })
+                Ok(GenerationOutput { tokens, logprobs })
             })
             .collect()
     }
@@ -164,9 +176,13 @@ impl OracleActor {
 }
 
 impl Generator for OracleActor {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
         let turns = &self.turns;
-        Scripted::new(|request: &GenRequest, _: &str| {
+        Scripted::new(|request: &GenerationRequest, _: &str| {
             turns
                 .get(request.episode_idx)
                 .and_then(|t| t.get(request.turn_idx))
@@ -193,9 +209,13 @@ impl RealRehearser {
 }
 
 impl Generator for RealRehearser {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
         let envs = &mut self.envs;
-        Scripted::new(|request: &GenRequest, _: &str| {
+        Scripted::new(|request: &GenerationRequest, _: &str| {
             let answer = match (&request.rehearse_call, envs.get_mut(request.episode_idx)) {
                 (Some((name, arguments)), Some(env)) => outcome_json(&env.call(name, arguments)),
                 _ => error_json(
@@ -224,13 +244,17 @@ impl std::fmt::Debug for RoleRouter<'_> {
 }
 
 impl Generator for RoleRouter<'_> {
-    fn generate(&mut self, codec: &TokenCodec, requests: &[GenRequest]) -> Result<Vec<GenOutput>> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
         let (act, rehearse): (Vec<_>, Vec<_>) = requests
             .iter()
             .enumerate()
             .partition(|(_, r)| r.role == Role::Act);
-        let act_requests: Vec<GenRequest> = act.iter().map(|(_, r)| (*r).clone()).collect();
-        let rehearse_requests: Vec<GenRequest> =
+        let act_requests: Vec<GenerationRequest> = act.iter().map(|(_, r)| (*r).clone()).collect();
+        let rehearse_requests: Vec<GenerationRequest> =
             rehearse.iter().map(|(_, r)| (*r).clone()).collect();
         let act_out = if act_requests.is_empty() {
             Vec::new()
@@ -242,7 +266,7 @@ impl Generator for RoleRouter<'_> {
         } else {
             self.rehearse.generate(codec, &rehearse_requests)?
         };
-        let mut out = vec![GenOutput::default(); requests.len()];
+        let mut out = vec![GenerationOutput::default(); requests.len()];
         for ((idx, _), g) in act.iter().zip(act_out) {
             out[*idx] = g;
         }

@@ -39,12 +39,12 @@ pub use engine::{
     TOO_MANY_TOOL_CALLS, run_batch,
 };
 pub use generators::{
-    GenOutput, GenRequest, Generator, OracleActor, PolicyGenerator, RealRehearser, RoleRouter,
-    Scripted,
+    GenerationOutput, GenerationRequest, Generator, OracleActor, PolicyGenerator, RealRehearser,
+    RoleRouter, Scripted,
 };
 pub use record::{
-    CallRecord, EndReason, EpisodeRecord, GenWindow, Label, ResponseSource, Sample, TurnRecord,
-    fidelity_rows, load_episodes, record_episodes,
+    CallRecord, EndReason, EpisodeRecord, GenerationWindow, Label, ResponseSource, Sample,
+    TurnRecord, fidelity_rows, load_episodes, record_episodes,
 };
 
 /// An OpenAI-compatible endpoint (vLLM, SGLang, Ollama, a llama.cpp server, `envace

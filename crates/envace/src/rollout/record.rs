@@ -55,7 +55,7 @@ impl Label {
 /// The context one generation saw: tokens `0..pinned` and `context_start..start` of the
 /// sample as its prompt, producing tokens `start..end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GenWindow {
+pub struct GenerationWindow {
     /// First token of the truncated context after the pinned head.
     pub context_start: usize,
     /// First generated token.
@@ -68,7 +68,7 @@ pub struct GenWindow {
     pub pinned: usize,
 }
 
-impl GenWindow {
+impl GenerationWindow {
     /// The tokens of the context: the pinned head, then `context_start..start`.
     pub fn context<'a, T: Clone>(&self, tokens: &'a [T]) -> std::borrow::Cow<'a, [T]> {
         if self.pinned == 0 {
@@ -98,7 +98,7 @@ pub struct Sample {
     /// as many as there are `Act` and `Rehearse` labels.
     pub logprobs: Vec<f32>,
     /// The context of each generation.
-    pub windows: Vec<GenWindow>,
+    pub windows: Vec<GenerationWindow>,
     /// For rehearse samples: the turn and call answered.
     pub call: Option<(usize, usize)>,
 }
@@ -133,7 +133,7 @@ struct StoredSample {
     tokens: Vec<u32>,
     labels: String,
     logprobs: Vec<f32>,
-    windows: Vec<GenWindow>,
+    windows: Vec<GenerationWindow>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     call: Option<(usize, usize)>,
 }

@@ -19,7 +19,7 @@ use envace::model::Policy;
 use envace::rl::grpo::{items_of, micro_batch_loss, step_rollouts};
 use envace::rl::pad_batch;
 use envace::rl::session::{Session, load_sources, task_pool};
-use envace::rollout::{GenRequest, Scripted};
+use envace::rollout::{GenerationRequest, Scripted};
 use envace::store::{RunWriter, Store};
 use envace::tasks::GenTask;
 
@@ -119,7 +119,7 @@ fn dynamic_sampling(solvable: &[usize]) -> (envace::rl::grpo::StepRollouts, Vec<
     let pool = task_pool(&config, &session.sources, TaskSplit::Train, 10, 3).unwrap();
     let solvable: Vec<String> = solvable.iter().map(|&i| pool[i].id.clone()).collect();
     let script_pool = pool.clone();
-    let mut policy = Scripted::new(move |request: &GenRequest, prompt: &str| {
+    let mut policy = Scripted::new(move |request: &GenerationRequest, prompt: &str| {
         let task = script_pool
             .iter()
             .find(|t| prompt.contains(&t.request))
@@ -298,7 +298,7 @@ fn rehearse_prompts(source: FewShotSource) -> (Vec<String>, Vec<String>) {
         let seen = &mut prompts;
         let mut policy =
             Scripted::new(
-                move |request: &GenRequest, prompt: &str| match request.role {
+                move |request: &GenerationRequest, prompt: &str| match request.role {
                     Role::Act => {
                         oracle_turn(&script_pool, prompt, request.turn_idx).unwrap_or_default()
                     }

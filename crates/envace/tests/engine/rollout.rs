@@ -18,7 +18,7 @@ use envace::model::{Policy, Sampling, TransformerConfig};
 use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
 use envace::rl::{TrainItem, pad_batch, token_logprobs};
 use envace::rollout::{
-    EndReason, EpisodeRecord, EpisodeSpec, GenRequest, Label, OracleActor, PolicyGenerator,
+    EndReason, EpisodeRecord, EpisodeSpec, GenerationRequest, Label, OracleActor, PolicyGenerator,
     ResponseMode, ResponseSource, RoleRouter, RolloutSettings, Scripted, TokenCodec, load_episodes,
     record_episodes, run_batch,
 };
@@ -117,7 +117,7 @@ fn current_call(prompt: &str) -> (String, Value) {
 fn real_rehearser(
     tasks: &[Arc<GenTask>],
     corrupt: impl Fn(&str, Value) -> Option<String>,
-) -> impl FnMut(&GenRequest, &str) -> String {
+) -> impl FnMut(&GenerationRequest, &str) -> String {
     let mut envs: Vec<Box<dyn Environment>> = tasks
         .iter()
         .map(|t| tasks::fresh_env(t.domain, sources()).unwrap())
@@ -170,7 +170,9 @@ fn oracle_with_the_real_environment_rehearsing_scores_full_fidelity() {
         &tasks,
         &settings(ResponseMode::Real),
         &mut OracleActor::new(&tasks),
-        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!("real mode never rehearses")),
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| {
+            unreachable!("real mode never rehearses")
+        }),
     );
     let mut n_pairs = 0;
     for (episode, real_episode) in rehearsed.iter().zip(&real) {
@@ -212,7 +214,7 @@ fn tool_names_prompts_carry_no_schemas_and_still_solve_tasks() {
     let mut rehearse_prompts = Vec::new();
     let episodes = {
         let mut answer = real_rehearser(&tasks, |_, _| None);
-        let mut rehearser = Scripted::new(|request: &GenRequest, prompt: &str| {
+        let mut rehearser = Scripted::new(|request: &GenerationRequest, prompt: &str| {
             rehearse_prompts.push(prompt.to_owned());
             answer(request, prompt)
         });
@@ -327,7 +329,7 @@ fn every_unreadable_rehearsal_ends_the_episode_with_its_code() {
             &tasks,
             &settings(ResponseMode::Rehearse),
             &mut OracleActor::new(&tasks),
-            &mut Scripted::new(move |_: &GenRequest, _: &str| answer.to_owned()),
+            &mut Scripted::new(move |_: &GenerationRequest, _: &str| answer.to_owned()),
         );
         let episode = &episodes[0];
         assert_eq!(
@@ -366,8 +368,8 @@ fn turn_and_parallel_call_limits_hold() {
     let episodes = run(
         &tasks,
         &settings,
-        &mut Scripted::new(move |_: &GenRequest, _: &str| turn.clone()),
-        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+        &mut Scripted::new(move |_: &GenerationRequest, _: &str| turn.clone()),
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| unreachable!()),
     );
     for episode in &episodes {
         assert_eq!(episode.end, EndReason::MaxTurns);
@@ -402,10 +404,10 @@ fn malformed_calls_get_the_format_error_from_the_real_environment() {
     let episodes = run(
         &tasks,
         &settings,
-        &mut Scripted::new(|_: &GenRequest, _: &str| {
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| {
             "<tool_call>\n{\"name\": \"add\"}\n</tool_call>".to_owned()
         }),
-        &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| unreachable!()),
     );
     let call = &episodes[0].turns[0].calls[0];
     assert_eq!(
@@ -424,7 +426,7 @@ fn long_contexts_are_cut_from_the_left() {
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
     let mut seen = Vec::new();
     let episodes = {
-        let mut actor = Scripted::new(|request: &GenRequest, _: &str| {
+        let mut actor = Scripted::new(|request: &GenerationRequest, _: &str| {
             seen.push(request.prompt.len());
             call.to_owned()
         });
@@ -432,7 +434,7 @@ fn long_contexts_are_cut_from_the_left() {
             &tasks,
             &settings,
             &mut actor,
-            &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+            &mut Scripted::new(|_: &GenerationRequest, _: &str| unreachable!()),
         )
     };
     assert!(seen.iter().all(|&n| n == 64), "{seen:?}");
@@ -465,7 +467,7 @@ fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts, Vec<E
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>";
     let mut prompts: Prompts = Vec::new();
     let episodes = {
-        let mut actor = Scripted::new(|request: &GenRequest, prompt: &str| {
+        let mut actor = Scripted::new(|request: &GenerationRequest, prompt: &str| {
             prompts.push((request.episode_idx, request.prompt.len(), prompt.to_owned()));
             call.to_owned()
         });
@@ -480,7 +482,7 @@ fn long_contexts(position: MemoryPosition) -> (Vec<Arc<GenTask>>, Prompts, Vec<E
             &codec,
             &mut RoleRouter {
                 act: &mut actor,
-                rehearse: &mut Scripted::new(|_: &GenRequest, _: &str| unreachable!()),
+                rehearse: &mut Scripted::new(|_: &GenerationRequest, _: &str| unreachable!()),
             },
             None,
             &RuleJudge::new(sources().clone()),
@@ -657,8 +659,8 @@ fn mixed_mode_rehearses_at_the_configured_rate() {
     let episodes = run(
         &tasks,
         &settings,
-        &mut Scripted::new(|_: &GenRequest, _: &str| call.to_owned()),
-        &mut Scripted::new(|_: &GenRequest, _: &str| {
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| call.to_owned()),
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| {
             "<execution_result>\n{\"result\": 3}\n</execution_result>".to_owned()
         }),
     );

@@ -3,6 +3,7 @@
 //! blocks parse into calls or structured errors, never a panic, whatever the text.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic here is the test failing, with the value.
 
+use envace::rng::Rng;
 use std::path::PathBuf;
 
 use envace::chat::{ChatTemplate, ToolCall, parse_tool_calls, strftime_utc};
@@ -263,22 +264,6 @@ fn a_call_renders_back_to_the_block_it_came_from() {
     assert_eq!(parsed.calls, vec![Ok(call)]);
 }
 
-/// A deterministic generator of garbled model outputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 // The fuzz target's invariant: spans inside the text on char boundaries, valid calls round-trip.
 include!("../../fuzz/fuzz_targets/parse_tool_calls_check.rs");
 
@@ -335,7 +320,7 @@ fn garbled_outputs_never_panic() {
         "{\"name\": \"get_user\", \"arguments\": {\"a\": 1}}",
         "{\"name\": \"</tool_call>\", \"arguments\": {\"<tool_call>\": 1}}",
     ];
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut n_calls = 0;
     let mut n_errors = 0;
     for _ in 0..20_000 {

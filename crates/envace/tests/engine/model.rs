@@ -13,29 +13,12 @@ use candle_transformers::models::{llama as ref_llama, qwen3 as ref_qwen3};
 use envace::Error;
 use envace::config::{self, Architecture};
 use envace::model::{self, KvCache, Policy, RopeScaling, Sampling, TransformerConfig};
+use envace::rng::Rng;
 use expect_test::expect;
 
-/// A deterministic generator for test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn tokens(&mut self, n: usize, vocab: usize) -> Vec<u32> {
-        (0..n)
-            .map(|_| (self.next() % vocab as u64) as u32)
-            .collect()
-    }
-
-    /// Uniform in [-1, 1).
-    fn signed(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    }
+/// `n` random token ids below `vocab`.
+fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.below(vocab) as u32).collect()
 }
 
 /// A tiny model. Qwen3 gets a `head_dim` wider than `hidden_size / n_heads`, as real Qwen3
@@ -74,11 +57,11 @@ fn tiny(architecture: Architecture, tie: bool, rope_scaling: bool) -> Transforme
 /// tensor shows.
 fn random_policy(cfg: TransformerConfig, device: &Device, dtype: DType, seed: u64) -> Policy {
     let policy = Policy::init(cfg, seed, device, dtype).unwrap();
-    let mut rng = Rng(seed.wrapping_mul(2654435761) | 1);
+    let mut rng = Rng::new(seed.wrapping_mul(2654435761) | 1);
     for (name, var) in policy.vars() {
         if name.ends_with("norm.weight") {
             let values: Vec<f64> = (0..var.elem_count())
-                .map(|_| 1.0 + 0.3 * rng.signed())
+                .map(|_| 1.0 + 0.3 * (2.0 * rng.uniform() - 1.0))
                 .collect();
             let t = Tensor::from_vec(values, var.shape(), device).unwrap();
             var.set(&t.to_dtype(dtype).unwrap()).unwrap();
@@ -234,10 +217,10 @@ fn parity_with_candle_transformers(device: &Device) {
         let dir = tempfile::tempdir().unwrap();
         policy.save(dir.path()).unwrap();
         let mut reference = Reference::load(dir.path(), device);
-        let mut rng = Rng(7 + case_idx as u64);
+        let mut rng = Rng::new(7 + case_idx as u64);
         let (mut worst_train, mut worst_gen) = (0f64, 0f64);
         for (b, l) in PARITY_SHAPES {
-            let prompt: Vec<Vec<u32>> = (0..b).map(|_| rng.tokens(l, vocab)).collect();
+            let prompt: Vec<Vec<u32>> = (0..b).map(|_| tokens(&mut rng, l, vocab)).collect();
             let prompt = ids(&prompt, device);
             let ours = policy.forward_train(&prompt, None).unwrap();
             let theirs = reference.full_logits(&prompt);
@@ -250,7 +233,7 @@ fn parity_with_candle_transformers(device: &Device) {
 
             let steps: Vec<Tensor> = (0..3)
                 .map(|_| {
-                    let step: Vec<Vec<u32>> = (0..b).map(|_| rng.tokens(1, vocab)).collect();
+                    let step: Vec<Vec<u32>> = (0..b).map(|_| tokens(&mut rng, 1, vocab)).collect();
                     ids(&step, device)
                 })
                 .collect();
@@ -283,8 +266,11 @@ fn left_padded_batch_matches_rows_alone(device: &Device) {
         let cfg = tiny(arch, arch == Architecture::Llama, false);
         let vocab = cfg.vocab_size;
         let policy = random_policy(cfg, device, DType::F32, 3);
-        let mut rng = Rng(11);
-        let prompts: Vec<Vec<u32>> = [5, 1, 9, 3].iter().map(|&n| rng.tokens(n, vocab)).collect();
+        let mut rng = Rng::new(11);
+        let prompts: Vec<Vec<u32>> = [5, 1, 9, 3]
+            .iter()
+            .map(|&n| tokens(&mut rng, n, vocab))
+            .collect();
 
         // Training forward: a left-padded row's real positions equal the row run alone.
         let (batch_ids, mask) = model::left_pad(&prompts, 0, device).unwrap();
@@ -350,8 +336,11 @@ fn sampling_reports_the_policy_logprobs(device: &Device) {
         let cfg = tiny(arch, false, false);
         let vocab = cfg.vocab_size;
         let policy = random_policy(cfg, device, DType::F32, 9);
-        let mut rng = Rng(21);
-        let prompts: Vec<Vec<u32>> = [4, 9, 1].iter().map(|&n| rng.tokens(n, vocab)).collect();
+        let mut rng = Rng::new(21);
+        let prompts: Vec<Vec<u32>> = [4, 9, 1]
+            .iter()
+            .map(|&n| tokens(&mut rng, n, vocab))
+            .collect();
         let n_new = 10;
         let sampling = |temperature: f64, top_p: f64, top_k: usize, seed: u64| Sampling {
             temperature,
@@ -419,11 +408,14 @@ fn forked_cache_continues_independently(device: &Device) {
     let cfg = tiny(Architecture::Qwen3, true, false);
     let vocab = cfg.vocab_size;
     let policy = random_policy(cfg, device, DType::F32, 6);
-    let mut rng = Rng(13);
+    let mut rng = Rng::new(13);
     // 60 + 2 steps stays inside the first buffer; 70 + 2 steps makes it grow on the way.
     for prefix_len in [60, 70] {
         let prefix = ids(
-            &[rng.tokens(prefix_len, vocab), rng.tokens(prefix_len, vocab)],
+            &[
+                tokens(&mut rng, prefix_len, vocab),
+                tokens(&mut rng, prefix_len, vocab),
+            ],
             device,
         );
         let branches = [
@@ -466,9 +458,9 @@ test_device!(
 
 /// A fixed SFT-style batch: one right-padded and one left-padded row.
 fn sft_batch(vocab: usize, device: &Device) -> (Tensor, Tensor, Tensor) {
-    let mut rng = Rng(5);
-    let a = rng.tokens(7, vocab);
-    let c = rng.tokens(5, vocab);
+    let mut rng = Rng::new(5);
+    let a = tokens(&mut rng, 7, vocab);
+    let c = tokens(&mut rng, 5, vocab);
     let pad = 0u32;
     let input = vec![a[..6].to_vec(), vec![pad, pad, c[0], c[1], c[2], c[3]]];
     let labels = vec![a[1..7].to_vec(), vec![pad, pad, c[1], c[2], c[3], c[4]]];
@@ -536,7 +528,7 @@ fn finite_difference_gradients(device: &Device) {
                 "model.layers.1.self_attn.k_norm.weight",
             ]);
         }
-        let mut rng = Rng(99);
+        let mut rng = Rng::new(99);
         for name in kinds {
             let var = &policy.vars()[name];
             let grad = grads
@@ -551,9 +543,9 @@ fn finite_difference_gradients(device: &Device) {
             let mut largest = 0f64;
             for _ in 0..4 {
                 let idx = if name == "model.embed_tokens.weight" {
-                    used_token * row_len + (rng.next() as usize % row_len)
+                    used_token * row_len + (rng.next_u64() as usize % row_len)
                 } else {
-                    rng.next() as usize % base.len()
+                    rng.next_u64() as usize % base.len()
                 };
                 let loss_at = |delta: f64| {
                     let mut values = base.clone();
@@ -691,7 +683,10 @@ fn save_load_round_trip(device: &Device) {
         let loaded = Policy::load(dir.path(), device, DType::F32).unwrap();
         assert_eq!(loaded.config(), &cfg, "{name}");
         let input = ids(
-            &[Rng(1).tokens(10, vocab), Rng(2).tokens(10, vocab)],
+            &[
+                tokens(&mut Rng::new(1), 10, vocab),
+                tokens(&mut Rng::new(2), 10, vocab),
+            ],
             device,
         );
         let a = policy.forward_train(&input, None).unwrap();
@@ -747,7 +742,13 @@ fn half_precision_runs_and_trains(device: &Device) {
         let policy = random_policy(cfg, device, DType::F32, 17);
         let dir = tempfile::tempdir().unwrap();
         policy.save(dir.path()).unwrap();
-        let input = ids(&[Rng(3).tokens(8, vocab), Rng(4).tokens(8, vocab)], device);
+        let input = ids(
+            &[
+                tokens(&mut Rng::new(3), 8, vocab),
+                tokens(&mut Rng::new(4), 8, vocab),
+            ],
+            device,
+        );
         let full = policy.forward_train(&input, None).unwrap();
         let scale = full.abs().unwrap().flatten_all().unwrap().max(0).unwrap();
         let scale = scalar(&scale);

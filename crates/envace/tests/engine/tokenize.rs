@@ -3,6 +3,7 @@
 //! its special tokens, round-trips text and survives save → load.
 #![allow(clippy::unwrap_used)] // Tests may unwrap: a panic here is the test failing, with the value.
 
+use envace::rng::Rng;
 use std::path::PathBuf;
 
 use envace::model::{self, Gguf};
@@ -81,21 +82,9 @@ fn missing_cache_files_name_the_file_and_the_setup_command() {
     );
 }
 
-/// A deterministic generator for test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn corpus() -> Vec<String> {
     let mut lines = Vec::new();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
     for idx in 0..400 {
         lines.push(format!(
             "<|im_start|>user\nWhere is order #W{:07}? I ordered {} items.<|im_end|>\n\
@@ -116,8 +105,8 @@ fn corpus() -> Vec<String> {
         ];
         let words: Vec<String> = (0..12)
             .map(|_| {
-                (0..1 + rng.next() % 4)
-                    .map(|_| SYLLABLES[(rng.next() % 16) as usize])
+                (0..1 + rng.next_u64() % 4)
+                    .map(|_| SYLLABLES[(rng.next_u64() % 16) as usize])
                     .collect()
             })
             .collect();

@@ -9,12 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-use candle_core::{D, DType, Device, Tensor};
+use candle_core::{D, Device, Tensor};
 use envace::chat::ChatTemplate;
-use envace::config::{Domain, MemoryPosition, Role, TaskSplit, TinyModelConfig, ToolPrompt};
+use envace::config::{Domain, MemoryPosition, Role, TaskSplit, ToolPrompt};
 use envace::env::Environment;
 use envace::judge::RuleJudge;
-use envace::model::{Policy, Sampling, TransformerConfig};
+use envace::model::Sampling;
 use envace::rehearse::{ResponseCache, SimErrorCode, execution_result_block, outcome_json};
 use envace::rl::{TrainItem, pad_batch, token_logprobs};
 use envace::rollout::{
@@ -25,6 +25,8 @@ use envace::rollout::{
 use envace::store::{Batch, Store};
 use envace::tasks::{self, GenConfig, GenSources, GenTask};
 use envace::tokenize;
+
+use super::train::random_policy;
 use serde_json::{Value, json};
 
 /// The τ²-bench domains (shared with the task suite).
@@ -558,23 +560,7 @@ fn every_sampled_token_is_trained_on_the_context_it_was_generated_in() {
     // score each turn on exactly the prompt its generator saw, not on the whole conversation.
     let (_, _, episodes) = long_contexts(MemoryPosition::BeforeRequest);
     let codec = codec();
-    let tiny = TinyModelConfig {
-        hidden_size: 32,
-        n_layers: 2,
-        n_heads: 4,
-        n_kv_heads: 2,
-        intermediate_size: 64,
-        vocab_size: codec.tokenizer().get_vocab_size(true) as u32,
-        max_position_embeddings: 1024,
-        ..TinyModelConfig::default()
-    };
-    let policy = Policy::init(
-        TransformerConfig::from_tiny(&tiny).unwrap(),
-        3,
-        &Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
+    let policy = random_policy(codec.tokenizer().get_vocab_size(true) as u32, 32, 3);
     let logprobs_after = |context: &[u32], tokens: &[u32]| -> Vec<f32> {
         let whole: Vec<u32> = context.iter().chain(tokens).copied().collect();
         let input = Tensor::from_vec(whole.clone(), (1, whole.len()), &Device::Cpu).unwrap();
@@ -735,23 +721,7 @@ fn labels_mark_prompt_act_injected_and_rehearse_tokens() {
 fn the_tiny_model_rehearses_and_the_batch_round_trips_through_the_store() {
     let tasks = gen_tasks(Domain::Retail, 1, 3);
     let codec = codec();
-    let tiny = TinyModelConfig {
-        hidden_size: 64,
-        n_layers: 2,
-        n_heads: 4,
-        n_kv_heads: 2,
-        intermediate_size: 128,
-        vocab_size: codec.tokenizer().get_vocab_size(true) as u32,
-        max_position_embeddings: 8192,
-        ..TinyModelConfig::default()
-    };
-    let policy = Policy::init(
-        TransformerConfig::from_tiny(&tiny).unwrap(),
-        5,
-        &Device::Cpu,
-        DType::F32,
-    )
-    .unwrap();
+    let policy = random_policy(codec.tokenizer().get_vocab_size(true) as u32, 64, 5);
     let mut rehearser = PolicyGenerator {
         policy,
         sampling: Sampling {

@@ -20,14 +20,19 @@ use envace::store::Store;
 pub const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
 fn tiny_policy(seed: u64) -> Policy {
+    random_policy(64, 32, seed)
+}
+
+/// A random two-layer policy over `vocab_size` tokens with `hidden_size` features.
+pub fn random_policy(vocab_size: u32, hidden_size: u32, seed: u64) -> Policy {
     let tiny = TinyModelConfig {
-        hidden_size: 32,
+        hidden_size,
         n_layers: 2,
         n_heads: 4,
         n_kv_heads: 2,
-        intermediate_size: 64,
-        vocab_size: 64,
-        max_position_embeddings: 512,
+        intermediate_size: 2 * hidden_size,
+        vocab_size,
+        max_position_embeddings: 8192,
         ..TinyModelConfig::default()
     };
     Policy::init(

@@ -229,13 +229,22 @@ pub fn judge(
                         Some(None) => (false, format!("{name} was called without {key}")),
                     }
                 }
-                Rule::Mentions { text } => match &answer {
-                    Some(answer) if answer.to_lowercase().contains(&text.to_lowercase()) => {
-                        (true, format!("the final answer mentions {text:?}"))
+                Rule::Mentions { text, exact_case } => {
+                    let mentions = |answer: &str| {
+                        if *exact_case {
+                            answer.contains(text.as_str())
+                        } else {
+                            answer.to_lowercase().contains(&text.to_lowercase())
+                        }
+                    };
+                    match &answer {
+                        Some(answer) if mentions(answer) => {
+                            (true, format!("the final answer mentions {text:?}"))
+                        }
+                        Some(_) => (false, format!("the final answer does not mention {text:?}")),
+                        None => (false, "there is no final answer".to_owned()),
                     }
-                    Some(_) => (false, format!("the final answer does not mention {text:?}")),
-                    None => (false, "there is no final answer".to_owned()),
-                },
+                }
                 Rule::StateHash { hash } => match state_hash {
                     Some(actual) if actual == hash => {
                         (true, "the final state is the expected one".to_owned())

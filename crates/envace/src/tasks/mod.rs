@@ -93,10 +93,15 @@ pub enum Rule {
         /// The argument this standard checks.
         key: String,
     },
-    /// The final answer contains this text, ignoring case.
+    /// The final answer contains this text, ignoring case unless `exact_case`.
     Mentions {
         /// The text to find.
         text: String,
+        /// Whether the case must match too: set for text written all in capitals (upper-cased
+        /// text, codes), whose capitals are the fact, so that an answer restating a lower-case
+        /// request does not pass for an upper-cased result.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        exact_case: bool,
     },
     /// The environment's state after the trajectory is the expected one: its
     /// [`Environment::delta_hash`] (from the task's initial state) equals this one.
@@ -130,6 +135,11 @@ pub struct Checklist {
     pub turn_idx: usize,
     /// The standards.
     pub standards: Vec<Standard>,
+}
+
+/// Whether `text` has letters and all of them are capitals.
+fn written_in_capitals(text: &str) -> bool {
+    text.chars().any(char::is_alphabetic) && !text.chars().any(char::is_lowercase)
 }
 
 /// A generated task.
@@ -555,6 +565,7 @@ fn build(
             weight: 1.0,
             rule: Rule::Mentions {
                 text: fact.text.clone(),
+                exact_case: written_in_capitals(&fact.text),
             },
         });
     }

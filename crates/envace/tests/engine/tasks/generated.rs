@@ -452,3 +452,51 @@ fn difficulty_adds_steps_checks_and_families() {
         Functions d5: 3.55 calls, 10.44 standards, 0/200 with a state check, 1 families"#]]
     .assert_eq(&rows.join("\n"));
 }
+
+#[test]
+fn an_upper_cased_result_counts_only_when_stated_in_capitals() {
+    let config = GenConfig {
+        seed: 5,
+        split: TaskSplit::Train,
+        difficulty: 1,
+        n_tasks: 80,
+        families: vec!["fn_strings".to_owned()],
+    };
+    let generated = generate(Domain::Functions, sources(), &config).unwrap();
+    let task = generated
+        .iter()
+        .find(|t| t.oracle.iter().any(|m| m.content.contains("to_uppercase")))
+        .unwrap();
+    let result = task.checklists[0]
+        .standards
+        .iter()
+        .find_map(|s| match &s.rule {
+            Rule::Mentions { text, exact_case } => {
+                assert!(exact_case, "{text}");
+                Some(text.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(result, result.to_uppercase(), "{result}");
+    let mut runner = Runner::new(Domain::Functions, sources()).unwrap();
+    assert_eq!(runner.judge(task, &task.oracle).score, 1.0);
+    // The answer restates the lower-case request but states a wrong result: the request's
+    // words in lower case are not the upper-cased result.
+    let mut wrong = task.oracle.clone();
+    let answer = wrong.last_mut().unwrap();
+    answer.content = answer.content.replace(&result, "VELVET MEADOW");
+    assert!(
+        answer
+            .content
+            .to_lowercase()
+            .contains(&result.to_lowercase())
+    );
+    let report = runner.judge(task, &wrong);
+    assert!(report.score < 1.0, "{:?}", report.verdicts);
+    // Stated in lower case, the result does not count either.
+    let mut lower = task.oracle.clone();
+    let answer = lower.last_mut().unwrap();
+    answer.content = answer.content.replace(&result, &result.to_lowercase());
+    assert!(runner.judge(task, &lower).score < 1.0);
+}

@@ -128,6 +128,7 @@ fn add_checklist(calls: &[(i64, i64)], fact: &str) -> envace::tasks::Checklist {
         1.0,
         envace::tasks::Rule::Mentions {
             text: fact.to_owned(),
+            exact_case: false,
         },
     ));
     envace::tasks::Checklist {

@@ -42,6 +42,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             addr,
             max_batch,
             default_max_tokens,
+            dequantize,
         } => crate::serve_commands::serve_model(
             model.as_deref(),
             run.as_deref(),
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             addr,
             max_batch,
             default_max_tokens,
+            dequantize,
         ),
     }
 }

@@ -95,6 +95,10 @@ enum Command {
         /// New tokens of a reply when a request sets no max_tokens.
         #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
         default_max_tokens: u32,
+        /// Serve a .gguf file on weights dequantised to f32 (as training sees them) instead
+        /// of its quantised weights on our own kernels (the default, and faster).
+        #[arg(long, conflicts_with = "run")]
+        dequantize: bool,
     },
 }
 

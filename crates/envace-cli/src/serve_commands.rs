@@ -33,12 +33,17 @@ pub fn serve_model(
     addr: SocketAddr,
     max_batch: u32,
     default_max_tokens: u32,
+    dequantize: bool,
 ) -> Result<ExitCode> {
     let start = Instant::now();
     let loaded = match (model, run) {
         (Some(path), _) => {
             eprintln!("loading {} …", path.display());
-            LoadedModel::from_path(path)?
+            if dequantize {
+                LoadedModel::from_path_dequantized(path)?
+            } else {
+                LoadedModel::from_path(path)?
+            }
         }
         (None, Some(run)) => {
             let path = match store_path {
@@ -61,6 +66,7 @@ pub fn serve_model(
         (None, None) => bail!("pass --model PATH or --run RUN"),
     };
     let name = loaded.name().to_owned();
+    let weights = loaded.weights();
     let options = ServeOptions {
         max_batch: max_batch as usize,
         default_max_tokens: default_max_tokens as usize,
@@ -83,7 +89,7 @@ pub fn serve_model(
         .flush()
         .context("cannot write to standard output")?;
     eprintln!(
-        "loaded in {:.1} s; POST {url}/chat/completions, GET {url}/models, GET http://{addr}/health; Ctrl-C stops",
+        "loaded in {:.1} s ({weights}); POST {url}/chat/completions, GET {url}/models, GET http://{addr}/health; Ctrl-C stops",
         start.elapsed().as_secs_f64(),
         url = server.url(),
         addr = server.local_addr(),

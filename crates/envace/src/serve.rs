@@ -12,9 +12,12 @@
 //! - The reply's `<tool_call>` blocks become `tool_calls` (`finish_reason: "tool_calls"`), the
 //!   text outside them the `content` (`null` when empty). A malformed block stays in the
 //!   content as text: a bad model output is data, never a server error.
+//! - A GGUF file is served on its quantised weights (our own Q4_1 / Q8_0 kernels on the CPU,
+//!   candle's `quantized_llama` elsewhere), the fastest path we have; `--dequantize` serves it
+//!   as f32 weights instead. A Hugging Face folder or run checkpoint is served as a policy.
 //! - Requests are queued to one model worker thread that generates, with left padding, for
 //!   every waiting request that samples alike (greedy requests always batch together), up to
-//!   `max_batch` at once. A request's `seed` makes it reproducible when it runs alone; in a
+//!   `max_batch` at once (quantised weights decode the batch's rows one after another). A request's `seed` makes it reproducible when it runs alone; in a
 //!   batch, row `r` draws from the stream of `(seed, r)`.
 //! - Bad requests get a 400 with an OpenAI-style `{"error": {"message", "type", "param"}}`
 //!   naming the field. Not supported, with a 400 that says so: `n` other than 1, `stream: true`,
@@ -39,7 +42,7 @@ use serde_json::{Map, Value, json};
 use crate::chat::{ChatTemplate, ToolCall, parse_tool_calls};
 use crate::env::pyjson;
 use crate::error::{Error, Result};
-use crate::model::{Generated, Gguf, Policy, Sampling};
+use crate::model::{Generated, Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 use crate::store::Store;
 use crate::tokenize::{self, Tokenizer};
 
@@ -47,11 +50,58 @@ use crate::tokenize::{self, Tokenizer};
 /// vocabulary has them.
 const END_OF_TURN_TOKENS: [&str; 4] = ["<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>"];
 
+/// The weights a server decodes with.
+enum Weights {
+    /// A policy on `f32`/`bf16` tensors, decoded in batches.
+    Dense(Policy),
+    /// A GGUF Llama kept in its quantisation, decoded one row at a time.
+    Quantized(Box<QuantizedLlama>),
+}
+
+impl Weights {
+    /// Decodes `prompts` as [`Policy::generate`] does (row `r` draws from the stream of
+    /// `(seed, r)`).
+    fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+        sampling: &Sampling,
+    ) -> Result<Vec<Generated>> {
+        match self {
+            Weights::Dense(policy) => {
+                policy.generate(prompts, max_new_tokens, stop_tokens, sampling)
+            }
+            Weights::Quantized(model) => prompts
+                .iter()
+                .enumerate()
+                .map(|(row, prompt)| {
+                    model.generate(prompt, max_new_tokens, stop_tokens, sampling, row as u64)
+                })
+                .collect(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Weights::Dense(policy) => format!(
+                "{:?} policy, {} parameters in {:?}",
+                policy.architecture(),
+                policy.n_params(),
+                policy.dtype()
+            ),
+            Weights::Quantized(model) => {
+                format!("quantised GGUF weights on {}", model.backend_name())
+            }
+        }
+    }
+}
+
 /// A policy with its tokenizer and chat template, ready to serve.
 pub struct LoadedModel {
     name: String,
     source: PathBuf,
-    policy: Policy,
+    weights: Weights,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     template_knows_tools: bool,
@@ -60,16 +110,26 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    /// Loads a model on the CPU in f32: a `.gguf` file (weights dequantized, tokenizer and chat
-    /// template from its metadata) or a Hugging Face folder (`config.json`, safetensors
+    /// Loads a model on the CPU: a `.gguf` file (weights kept quantised, tokenizer and chat
+    /// template from its metadata) or a Hugging Face folder in f32 (`config.json`, safetensors
     /// weights, `tokenizer.json`, and `tokenizer_config.json` for the chat template; without
     /// one, EnvACE's ChatML template is used).
     pub fn from_path(path: &Path) -> Result<Self> {
         Self::from_path_on(path, &Device::Cpu, DType::F32)
     }
 
-    /// [`LoadedModel::from_path`] on `device` with weights in `dtype`.
+    /// [`LoadedModel::from_path`] on `device`, a folder's weights in `dtype`.
     pub fn from_path_on(path: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        Self::load(path, device, dtype, true)
+    }
+
+    /// [`LoadedModel::from_path`], but a `.gguf` file's weights are dequantised to f32 (slower;
+    /// what training sees).
+    pub fn from_path_dequantized(path: &Path) -> Result<Self> {
+        Self::load(path, &Device::Cpu, DType::F32, false)
+    }
+
+    fn load(path: &Path, device: &Device, dtype: DType, keep_quantized: bool) -> Result<Self> {
         let what = path.display().to_string();
         if !path.exists() {
             return Err(Error::Serve {
@@ -88,7 +148,12 @@ impl LoadedModel {
             });
         }
         let gguf = Gguf::open(path)?;
-        let policy = gguf.load_policy(device, dtype)?;
+        let config = gguf.transformer_config()?;
+        let weights = if keep_quantized {
+            Weights::Quantized(Box::new(gguf.load_quantized(device)?))
+        } else {
+            Weights::Dense(gguf.load_policy(device, dtype)?)
+        };
         let tokenizer = gguf.tokenizer()?;
         let (template, template_knows_tools) = match gguf.chat_template() {
             Some(source) => (ChatTemplate::from_gguf(&gguf)?, knows_tools(&source)),
@@ -104,7 +169,8 @@ impl LoadedModel {
         Ok(Self::assemble(
             name,
             path,
-            policy,
+            &config,
+            weights,
             tokenizer,
             template,
             template_knows_tools,
@@ -167,10 +233,12 @@ impl LoadedModel {
             || dir.display().to_string(),
             |s| s.to_string_lossy().into_owned(),
         );
+        let config = policy.config().clone();
         Ok(Self::assemble(
             name,
             dir,
-            policy,
+            &config,
+            Weights::Dense(policy),
             tokenizer,
             template,
             template_knows_tools,
@@ -206,13 +274,14 @@ impl LoadedModel {
     fn assemble(
         name: String,
         source: &Path,
-        policy: Policy,
+        config: &TransformerConfig,
+        weights: Weights,
         tokenizer: Tokenizer,
         template: ChatTemplate,
         template_knows_tools: bool,
         eos_text: Option<&str>,
     ) -> Self {
-        let mut stop_tokens = policy.config().eos_token_ids.clone();
+        let mut stop_tokens = config.eos_token_ids.clone();
         let texts = eos_text.into_iter().chain(END_OF_TURN_TOKENS);
         for text in texts {
             if let Some(id) = tokenizer.token_to_id(text)
@@ -221,11 +290,11 @@ impl LoadedModel {
                 stop_tokens.push(id);
             }
         }
-        let max_context_tokens = policy.config().max_position_embeddings;
+        let max_context_tokens = config.max_position_embeddings;
         LoadedModel {
             name,
             source: source.to_path_buf(),
-            policy,
+            weights,
             tokenizer,
             template,
             template_knows_tools,
@@ -270,6 +339,21 @@ impl LoadedModel {
         render_prompt(&self.template, self.template_knows_tools, &call).map_err(to_error)
     }
 
+    /// What decodes: the architecture, size and dtype of a policy, or the kernels that run
+    /// quantised weights (e.g. `quantised GGUF weights on native Avx2`).
+    pub fn weights(&self) -> String {
+        self.weights.describe()
+    }
+
+    /// The next-token logits after `prompt` (f32, one per vocabulary entry), from the weights
+    /// the server decodes with.
+    pub fn next_token_logits(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        match &mut self.weights {
+            Weights::Dense(policy) => policy.next_token_logits(prompt),
+            Weights::Quantized(model) => model.forward(prompt, 0),
+        }
+    }
+
     /// Whether the chat template renders tools itself (else they are folded into messages).
     pub fn template_knows_tools(&self) -> bool {
         self.template_knows_tools
@@ -282,8 +366,7 @@ impl std::fmt::Debug for LoadedModel {
         f.debug_struct("LoadedModel")
             .field("name", &self.name)
             .field("source", &self.source)
-            .field("architecture", &self.policy.architecture())
-            .field("n_params", &self.policy.n_params())
+            .field("weights", &self.weights.describe())
             .field("template_knows_tools", &self.template_knows_tools)
             .field("stop_tokens", &self.stop_tokens)
             .field("max_context_tokens", &self.max_context_tokens)
@@ -516,7 +599,7 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
     let (jobs, queue) = mpsc::channel::<Job>();
     let LoadedModel {
         name,
-        policy,
+        mut weights,
         tokenizer,
         template,
         template_knows_tools,
@@ -531,7 +614,16 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
         let window = options.batch_window;
         std::thread::Builder::new()
             .name("envace-model-worker".to_owned())
-            .spawn(move || run_worker(&policy, &stop_tokens, &queue, max_batch, window, &counters))
+            .spawn(move || {
+                run_worker(
+                    &mut weights,
+                    &stop_tokens,
+                    &queue,
+                    max_batch,
+                    window,
+                    &counters,
+                );
+            })
             .map_err(|err| Error::Serve {
                 what: what.clone(),
                 message: format!("cannot start the model worker: {err}"),
@@ -598,7 +690,7 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
 /// The model worker: takes waiting jobs, generates for those that sample alike in one batch,
 /// answers each, until every sender of the queue is gone.
 fn run_worker(
-    policy: &Policy,
+    weights: &mut Weights,
     stop_tokens: &[u32],
     queue: &mpsc::Receiver<Job>,
     max_batch: usize,
@@ -654,7 +746,7 @@ fn run_worker(
         );
         // A panic inside the model fails this batch only; the server goes on.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            policy.generate(&prompts, max_new_tokens, stop_tokens, &sampling)
+            weights.generate(&prompts, max_new_tokens, stop_tokens, &sampling)
         }));
         let results: Vec<std::result::Result<Generated, String>> = match outcome {
             Ok(Ok(generated)) => generated.into_iter().map(Ok).collect(),

@@ -81,6 +81,11 @@ fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{:?}\n{stderr}", output.status);
     assert!(stderr.contains("Ctrl-C stops"), "{stderr}");
+    // A GGUF is served on its quantised weights, by our own kernels on the CPU.
+    assert!(
+        stderr.contains("(quantised GGUF weights on native "),
+        "{stderr}"
+    );
     assert!(stderr.trim_end().ends_with("stopped"), "{stderr}");
     assert!(
         TcpStream::connect(addr).is_err(),

@@ -19,7 +19,7 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 
 use super::qllama::{QLayer, QLlama};
 use super::quant::{QKind, QMatrix};
-use super::{Policy, TransformerConfig};
+use super::{Generated, Policy, Sampling, TransformerConfig};
 use crate::config::Architecture;
 use crate::error::{Error, Result};
 use crate::tokenize::{self, Tokenizer};
@@ -528,6 +528,23 @@ impl QuantizedLlama {
         max_new_tokens: usize,
         stop_tokens: &[u32],
     ) -> Result<Vec<u32>> {
+        let generated =
+            self.generate(prompt, max_new_tokens, stop_tokens, &Sampling::greedy(), 0)?;
+        Ok(generated.tokens)
+    }
+
+    /// Decodes one prompt with `sampling` as row `row` of a batch would be by
+    /// [`Policy::generate`] (the same random stream), up to `max_new_tokens`; stops after one
+    /// of `stop_tokens` (which is kept). Each token comes with its log-probability at
+    /// temperature 1, untruncated.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+        sampling: &Sampling,
+        row: u64,
+    ) -> Result<Generated> {
         if prompt.is_empty() {
             return Err(Error::Data {
                 source_name: "quantized generate".to_owned(),
@@ -535,28 +552,32 @@ impl QuantizedLlama {
             });
         }
         if max_new_tokens == 0 {
-            return Ok(Vec::new());
+            return Ok(Generated::default());
         }
         // The decode loop runs on a rayon worker: each parallel product of a step is then
         // shared out from inside the pool, rather than handed over from this thread and waited
         // for (a futex wake and sleep per product). SmolLM2 Q4_1 decoding went from 78 to 128
         // tokens/s on one thread and from 124 to 167 on two.
-        rayon::scope(|_| self.generate_greedy_here(prompt, max_new_tokens, stop_tokens))
+        rayon::scope(|_| self.generate_here(prompt, max_new_tokens, stop_tokens, sampling, row))
     }
 
-    fn generate_greedy_here(
+    fn generate_here(
         &mut self,
         prompt: &[u32],
         max_new_tokens: usize,
         stop_tokens: &[u32],
-    ) -> Result<Vec<u32>> {
-        let mut out = Vec::new();
+        sampling: &Sampling,
+        row: u64,
+    ) -> Result<Generated> {
+        let mut rng = sampling.row_rng(row);
+        let mut out = Generated::default();
         let mut logits = self.forward(prompt, 0)?;
         let mut past = prompt.len();
         loop {
-            let token = argmax(&logits);
-            out.push(token);
-            if out.len() == max_new_tokens || stop_tokens.contains(&token) {
+            let (token, logprob) = sampling.pick(&logits, &mut rng);
+            out.tokens.push(token);
+            out.logprobs.push(logprob);
+            if out.tokens.len() == max_new_tokens || stop_tokens.contains(&token) {
                 return Ok(out);
             }
             logits = self.forward(&[token], past)?;

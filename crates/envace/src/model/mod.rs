@@ -616,6 +616,11 @@ impl Sampling {
         }
     }
 
+    /// The random stream of row `row` of one generation call (every decoder draws the same).
+    fn row_rng(&self, row: u64) -> Rng {
+        Rng::new(self.seed ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03))
+    }
+
     /// The next token of one row and its log-probability at temperature 1.
     fn pick(&self, logits: &[f32], rng: &mut Rng) -> (u32, f32) {
         let value = |idx: usize| {
@@ -1028,6 +1033,25 @@ impl Policy {
         .map_err(|e| Error::candle(&context, e))
     }
 
+    /// The next-token logits (`f32`, one per vocabulary entry) after one `prompt`, from a
+    /// fresh cache.
+    pub fn next_token_logits(&self, prompt: &[u32]) -> Result<Vec<f32>> {
+        if prompt.is_empty() {
+            return Err(Error::Data {
+                source_name: "next-token logits".to_owned(),
+                message: "the prompt is empty; start it with at least one token".to_owned(),
+            });
+        }
+        let context = "next-token logits";
+        let ids = Tensor::new(prompt, &self.device)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| Error::candle(context, e))?;
+        self.forward_cached(&ids, None, &mut KvCache::new())?
+            .flatten_all()
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(|e| Error::candle(context, e))
+    }
+
     /// Greedy decoding of a batch of prompts (left-padded together), up to `max_new_tokens`
     /// each; a row stops after emitting one of `stop_tokens` (which is kept).
     pub fn generate_greedy(
@@ -1077,9 +1101,7 @@ impl Policy {
     ) -> Result<Vec<Generated>> {
         let b = prompts.len();
         let mut out = vec![Generated::default(); b];
-        let mut rngs: Vec<Rng> = (0..b as u64)
-            .map(|row| Rng::new(sampling.seed ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03)))
-            .collect();
+        let mut rngs: Vec<Rng> = (0..b as u64).map(|row| sampling.row_rng(row)).collect();
         let (ids, mask) = left_pad(prompts, 0, &self.device)?;
         let mut cache = KvCache::new();
         let decoding = |e| Error::candle("decoding", e);

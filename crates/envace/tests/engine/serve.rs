@@ -1,7 +1,8 @@
 //! `envace serve-model` in process with SmolLM2-135M-Instruct (the GGUF `cargo xtask setup`
 //! installs), driven over real HTTP by the engine's own OpenAI client: a plain answer, a
 //! tool call whose reply has the shape of OpenAI's documented example, concurrent requests
-//! generated in one batch, 400s naming the bad field, and a server killed mid-request; then
+//! generated in one batch, 400s naming the bad field, the quantised weights it serves against
+//! the dequantised ones, and a server killed mid-request; then
 //! a tiny model served from a Hugging Face folder and from a run's checkpoint, a tiny Qwen3
 //! whose own template renders the tools (SmolLM2's gets them folded into its turns), and the
 //! errors of loading.
@@ -353,6 +354,57 @@ fn concurrent_requests_are_generated_in_one_batch() {
     assert_eq!(stats.n_requests, 4, "{stats:?}");
     assert!(stats.max_batch_seen >= 2, "no batching: {stats:?}");
     assert!(stats.n_batches < 4, "no batching: {stats:?}");
+    server.shutdown();
+}
+
+/// A GGUF is served on its quantised weights, by our own kernels (the fastest path), and they
+/// stay close to the dequantised f32 weights training sees: the same next token, logits within
+/// a tenth of their range. Seeded sampling on the quantised weights repeats itself.
+#[test]
+fn a_gguf_is_served_on_its_quantised_weights_close_to_the_dequantised_ones() {
+    let path = model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let mut served = smollm2();
+    assert!(
+        served
+            .weights()
+            .starts_with("quantised GGUF weights on native "),
+        "{}",
+        served.weights()
+    );
+    let mut dense = LoadedModel::from_path_dequantized(&path).expect("the GGUF dequantises");
+    assert!(dense.weights().contains("F32"), "{}", dense.weights());
+    let body = json!({"messages": [{"role": "user", "content": "Name a primary colour."}]});
+    let text = served.render_request(&body).expect("the request renders");
+    let tokenizer = model::Gguf::open(&path)
+        .and_then(|gguf| gguf.tokenizer())
+        .expect("the GGUF has a tokenizer");
+    let prompt = tokenize::encode(&tokenizer, &text).expect("the prompt encodes");
+    let quantised = served.next_token_logits(&prompt).expect("quantised logits");
+    let f32_logits = dense.next_token_logits(&prompt).expect("f32 logits");
+    assert_eq!(quantised.len(), f32_logits.len());
+    assert_eq!(model::argmax(&quantised), model::argmax(&f32_logits));
+    let max_diff = quantised
+        .iter()
+        .zip(&f32_logits)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let spread = f32_logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+        - f32_logits.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+    eprintln!(
+        "served against dequantised logits: max |diff| {max_diff:.4} over a range of {spread:.2}"
+    );
+    assert!(max_diff < 0.1 * spread, "{max_diff} vs range {spread}");
+
+    let server = serve(served, any_port(), &ServeOptions::default()).expect("the server starts");
+    let client = client(&server.url(), 120.0, 0);
+    let mut sampled = ChatRequest::new(vec![ChatMsg::user("Say hello.")]);
+    sampled.temperature = Some(1.0);
+    sampled.max_tokens = Some(12);
+    sampled.seed = Some(17);
+    let first = client.complete(&sampled).expect("the server answers");
+    let again = client.complete(&sampled).expect("the server answers");
+    assert!(first.completion_tokens >= 1, "{first:?}");
+    assert_eq!(first.content, again.content);
     server.shutdown();
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use envace::config::{Role, TaskSplit};
+use envace::config::{PolicyRole, TaskSplit};
 use envace::controller::{Controller, JobOutcome, JobSpec};
 use envace::rl::session::{Session, load_sources, task_pool};
 use envace::rollout::{GenerationRequest, Scripted, record_episodes};
@@ -87,7 +87,7 @@ fn scripted_group_run(store_path: &Path) -> RunId {
     let mut session = Session::create(config, run, writer, &pool, sources).unwrap();
     let tasks: Vec<Arc<GenTask>> = pool.clone();
     let mut policy = Scripted::new(move |request: &GenerationRequest, prompt: &str| {
-        if request.role == Role::Rehearse {
+        if request.role == PolicyRole::Rehearse {
             return envace::rehearse::execution_result_block(&json!({"result": 0}));
         }
         let Some(task) = tasks.iter().find(|t| prompt.contains(&t.request)) else {

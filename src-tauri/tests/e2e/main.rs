@@ -270,7 +270,10 @@ fn edit_a_preset_see_a_field_error_fix_it_and_save() {
     assert_eq!(parsed.run.name, "caller-frozen");
     assert_eq!(parsed.rl.micro_batch_size, 16);
     assert_eq!(parsed.rl.lr, 2e-5);
-    assert_eq!(parsed.rl.frozen_roles, vec![envace::config::Role::Act]);
+    assert_eq!(
+        parsed.rl.frozen_roles,
+        vec![envace::config::PolicyRole::Act]
+    );
     assert!(
         saved.starts_with("# The caller-frozen variant"),
         "the preset's comments survive the edits:\n{saved}"

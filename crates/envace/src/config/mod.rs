@@ -527,7 +527,7 @@ pub struct SftConfig {
     /// tool responses.
     #[serde(default = "defaults::both_roles")]
     #[schemars(length(min = 1), extend("uniqueItems" = true))]
-    pub roles: Vec<Role>,
+    pub roles: Vec<PolicyRole>,
     /// Schedule after the warm-up (the first 5% of steps): `constant`, or `cosine` decay to
     /// `lr × min_lr_ratio` at the last step.
     #[serde(default)]
@@ -577,7 +577,7 @@ impl Default for SftConfig {
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
-pub enum Role {
+pub enum PolicyRole {
     /// Emits assistant turns and tool calls.
     Act,
     /// Plays the environment: predicts each tool's response.
@@ -706,7 +706,7 @@ pub struct RlConfig {
     /// Roles whose tokens are not trained (e.g. `["act"]` for the caller-frozen variant).
     #[serde(default)]
     #[schemars(extend("uniqueItems" = true))]
-    pub frozen_roles: Vec<Role>,
+    pub frozen_roles: Vec<PolicyRole>,
     /// Keep SFT's AdamW moments for RL (weight decay switched to `weight_decay`) instead of
     /// starting RL with fresh ones; with `[init]`, the checkpoint's moments when it has them.
     #[serde(default)]
@@ -929,7 +929,7 @@ impl ExperimentConfig {
 
 /// Default values, one function per field so serde and `Default` share them.
 mod defaults {
-    use super::{Benchmark, Domain, Role};
+    use super::{Benchmark, Domain, PolicyRole};
 
     pub fn yes() -> bool {
         true
@@ -1009,8 +1009,8 @@ mod defaults {
     pub fn sft_micro_batch_size() -> u32 {
         4
     }
-    pub fn both_roles() -> Vec<Role> {
-        vec![Role::Act, Role::Rehearse]
+    pub fn both_roles() -> Vec<PolicyRole> {
+        vec![PolicyRole::Act, PolicyRole::Rehearse]
     }
     pub fn rl_n_steps() -> u32 {
         200

@@ -14,8 +14,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    Benchmark, ExperimentConfig, GgufWeights, JudgeKind, KlType, ModelSource, Role, TaskSource,
-    ToolResponseMode,
+    Benchmark, ExperimentConfig, GgufWeights, JudgeKind, KlType, ModelSource, PolicyRole,
+    TaskSource, ToolResponseMode,
 };
 use crate::error::Error;
 
@@ -737,14 +737,14 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
         );
     }
     if sft.rehearse_share.is_some()
-        && !(sft.roles.contains(&Role::Act) && sft.roles.contains(&Role::Rehearse))
+        && !(sft.roles.contains(&PolicyRole::Act) && sft.roles.contains(&PolicyRole::Rehearse))
     {
         issue(
             "sft.rehearse_share",
             "rehearse_share splits each batch between the roles, so sft.roles must list both \"act\" and \"rehearse\"".into(),
         );
     }
-    if sft.memory_share > 0.0 && !sft.roles.contains(&Role::Act) {
+    if sft.memory_share > 0.0 && !sft.roles.contains(&PolicyRole::Act) {
         issue(
             "sft.memory_share",
             "memory_share adds act samples with a rehearsal memory, so sft.roles must list \"act\""
@@ -796,8 +796,8 @@ fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, String)> {
             ),
         );
     }
-    let frozen_act = rl.frozen_roles.contains(&Role::Act);
-    let frozen_rehearse = rl.frozen_roles.contains(&Role::Rehearse);
+    let frozen_act = rl.frozen_roles.contains(&PolicyRole::Act);
+    let frozen_rehearse = rl.frozen_roles.contains(&PolicyRole::Rehearse);
     if rl.n_steps > 0 && frozen_act && frozen_rehearse {
         issue(
             "rl.frozen_roles",

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
-use crate::config::{AdvantageBaseline, FewShotSource, KlType, RlConfig, Role};
+use crate::config::{AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig};
 use crate::error::{Error, Result};
 use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
 use crate::fidelity::{self, Scores};
@@ -54,19 +54,19 @@ use super::{AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch,
 /// baseline set (same group and role, or same group when pooled), divided by that set's
 /// sample standard deviation (+1e-6) when `divide_by_std`. A set of one row gives 0.
 pub fn advantages(
-    rows: &[(&str, Role, f64)],
+    rows: &[(&str, PolicyRole, f64)],
     baseline: AdvantageBaseline,
     divide_by_std: bool,
 ) -> Vec<f64> {
-    let key = |row: &(&str, Role, f64)| match baseline {
+    let key = |row: &(&str, PolicyRole, f64)| match baseline {
         AdvantageBaseline::RoleWise => (row.0.to_owned(), Some(row.1)),
         AdvantageBaseline::Pooled => (row.0.to_owned(), None),
     };
-    let mut sets: BTreeMap<(String, Option<Role>), Vec<f64>> = BTreeMap::new();
+    let mut sets: BTreeMap<(String, Option<PolicyRole>), Vec<f64>> = BTreeMap::new();
     for row in rows {
         sets.entry(key(row)).or_default().push(row.2);
     }
-    let stats: BTreeMap<(String, Option<Role>), (f64, f64, usize)> = sets
+    let stats: BTreeMap<(String, Option<PolicyRole>), (f64, f64, usize)> = sets
         .into_iter()
         .map(|(k, rewards)| {
             let n = rewards.len();
@@ -167,7 +167,7 @@ pub fn group_members(episodes: &[EpisodeRecord], group: &str, rl: &RlConfig) -> 
         }
     }
     let values = advantages(&rows, rl.advantage_baseline, rl.divide_by_std);
-    let mean_of = |episode_idx: usize, role: Role| -> Option<f64> {
+    let mean_of = |episode_idx: usize, role: PolicyRole| -> Option<f64> {
         let picked: Vec<f64> = owners
             .iter()
             .zip(&values)
@@ -181,8 +181,8 @@ pub fn group_members(episodes: &[EpisodeRecord], group: &str, rl: &RlConfig) -> 
         .map(|episode| GroupMember {
             episode_idx: episode.episode_idx,
             reward: episode.reward,
-            act_advantage: mean_of(episode.episode_idx, Role::Act),
-            rehearse_advantage: mean_of(episode.episode_idx, Role::Rehearse),
+            act_advantage: mean_of(episode.episode_idx, PolicyRole::Act),
+            rehearse_advantage: mean_of(episode.episode_idx, PolicyRole::Rehearse),
         })
         .collect()
 }
@@ -275,10 +275,10 @@ pub fn micro_batch_loss(
 /// clip fraction per trained token.
 pub fn role_metrics(items: &[StepItem], sums: &[RoleSums]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for role in [Role::Act, Role::Rehearse] {
+    for role in [PolicyRole::Act, PolicyRole::Rehearse] {
         let name = match role {
-            Role::Act => "act",
-            Role::Rehearse => "rehearse",
+            PolicyRole::Act => "act",
+            PolicyRole::Rehearse => "rehearse",
         };
         let picked: Vec<usize> = (0..items.len())
             .filter(|&i| items[i].item.role == role)
@@ -499,7 +499,7 @@ pub fn train(
     let rl = session.config.rl.clone();
     let first_step = session.config.sft.n_steps * u32::from(session.config.sft.enabled);
     let last_step = first_step + rl.n_steps;
-    let trained_roles: Vec<Role> = [Role::Act, Role::Rehearse]
+    let trained_roles: Vec<PolicyRole> = [PolicyRole::Act, PolicyRole::Rehearse]
         .into_iter()
         .filter(|r| !rl.frozen_roles.contains(r))
         .collect();
@@ -741,7 +741,7 @@ mod tests {
     use super::*;
 
     fn check(
-        rows: &[(&str, Role, f64)],
+        rows: &[(&str, PolicyRole, f64)],
         baseline: AdvantageBaseline,
         by_std: bool,
         expected: &[f64],
@@ -755,15 +755,15 @@ mod tests {
 
     /// Two prompts; prompt `a` has two episodes (rewards 1 and 0), the first with two
     /// rehearse calls and the second with one; prompt `b` has one episode.
-    fn table() -> Vec<(&'static str, Role, f64)> {
+    fn table() -> Vec<(&'static str, PolicyRole, f64)> {
         vec![
-            ("a", Role::Act, 1.0),
-            ("a", Role::Rehearse, 1.0),
-            ("a", Role::Rehearse, 1.0),
-            ("a", Role::Act, 0.0),
-            ("a", Role::Rehearse, 0.0),
-            ("b", Role::Act, 0.5),
-            ("b", Role::Rehearse, 0.5),
+            ("a", PolicyRole::Act, 1.0),
+            ("a", PolicyRole::Rehearse, 1.0),
+            ("a", PolicyRole::Rehearse, 1.0),
+            ("a", PolicyRole::Act, 0.0),
+            ("a", PolicyRole::Rehearse, 0.0),
+            ("b", PolicyRole::Act, 0.5),
+            ("b", PolicyRole::Rehearse, 0.5),
         ]
     }
 
@@ -828,8 +828,8 @@ mod tests {
             windows: Vec::new(),
             call: None,
         };
-        let mut samples = vec![sample(Role::Act)];
-        samples.extend((0..n_rehearse).map(|_| sample(Role::Rehearse)));
+        let mut samples = vec![sample(PolicyRole::Act)];
+        samples.extend((0..n_rehearse).map(|_| sample(PolicyRole::Rehearse)));
         EpisodeRecord {
             episode_idx,
             task_id: "a".to_owned(),
@@ -861,7 +861,7 @@ mod tests {
 
     #[test]
     fn equal_rewards_give_zero_advantage() {
-        let rows = [("a", Role::Act, 0.7), ("a", Role::Act, 0.7)];
+        let rows = [("a", PolicyRole::Act, 0.7), ("a", PolicyRole::Act, 0.7)];
         check(&rows, AdvantageBaseline::RoleWise, true, &[0.0, 0.0]);
     }
 }

@@ -16,7 +16,7 @@ use std::path::Path;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use crate::config::{LrSchedule, Role};
+use crate::config::{LrSchedule, PolicyRole};
 use crate::error::{Error, Result};
 use crate::model::{Policy, fused};
 use crate::rollout::{GenerationWindow, Label, Sample};
@@ -26,7 +26,7 @@ use crate::rollout::{GenerationWindow, Label, Sample};
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainItem {
     /// The role of the sequence.
-    pub role: Role,
+    pub role: PolicyRole,
     /// Token ids.
     pub tokens: Vec<u32>,
     /// One label per token.
@@ -145,7 +145,7 @@ impl TrainItem {
     }
 
     /// Number of trained (sampled) tokens within `max_len`.
-    pub fn n_trained(&self, max_len: usize, roles: &[Role]) -> usize {
+    pub fn n_trained(&self, max_len: usize, roles: &[PolicyRole]) -> usize {
         if !roles.contains(&self.role) {
             return 0;
         }
@@ -177,7 +177,7 @@ pub struct PaddedBatch {
 pub fn pad_batch(
     items: &[&TrainItem],
     max_len: usize,
-    roles: &[Role],
+    roles: &[PolicyRole],
     device: &Device,
 ) -> Result<PaddedBatch> {
     let context = "training batch";
@@ -473,7 +473,7 @@ mod tests {
     #[test]
     fn batches_weight_only_sampled_targets_of_trained_roles() {
         let item = TrainItem {
-            role: Role::Act,
+            role: PolicyRole::Act,
             tokens: vec![1, 2, 3, 4, 5, 6],
             labels: vec![
                 Label::Prompt,
@@ -488,7 +488,7 @@ mod tests {
             pinned: 0,
         };
         let rehearse = TrainItem {
-            role: Role::Rehearse,
+            role: PolicyRole::Rehearse,
             tokens: vec![7, 8, 9],
             labels: vec![Label::Prompt, Label::Rehearse, Label::Rehearse],
             advantage: -1.0,
@@ -498,7 +498,7 @@ mod tests {
         let batch = pad_batch(
             &[&item, &rehearse],
             100,
-            &[Role::Act, Role::Rehearse],
+            &[PolicyRole::Act, PolicyRole::Rehearse],
             &Device::Cpu,
         )
         .expect("batch");
@@ -508,10 +508,15 @@ mod tests {
         assert_eq!(batch.n_trained, 5);
         let attention = batch.attention.to_vec2::<u8>().expect("mask");
         assert_eq!(attention[1], [1, 1, 0, 0, 0]);
-        let frozen_act =
-            pad_batch(&[&item, &rehearse], 100, &[Role::Rehearse], &Device::Cpu).expect("batch");
+        let frozen_act = pad_batch(
+            &[&item, &rehearse],
+            100,
+            &[PolicyRole::Rehearse],
+            &Device::Cpu,
+        )
+        .expect("batch");
         assert_eq!(frozen_act.n_trained, 2);
-        let truncated = pad_batch(&[&item], 3, &[Role::Act], &Device::Cpu).expect("batch");
+        let truncated = pad_batch(&[&item], 3, &[PolicyRole::Act], &Device::Cpu).expect("batch");
         // The window is tokens 4, 5, 6: targets 5 and 6 are both Act.
         assert_eq!(truncated.weight.to_vec2::<f32>().expect("w")[0], [1.0, 1.0]);
         // A generation that saw the context from token 2 on: tokens 3.. only, even with room.
@@ -532,7 +537,7 @@ mod tests {
         assert_eq!(middle.window_len(100), 4);
         // A tighter budget keeps the head and fewer of the latest tokens.
         assert_eq!(middle.window(3).0.as_ref(), [1, 2, 6]);
-        let batch = pad_batch(&[&cut], 100, &[Role::Act], &Device::Cpu).expect("batch");
+        let batch = pad_batch(&[&cut], 100, &[PolicyRole::Act], &Device::Cpu).expect("batch");
         assert_eq!(
             batch.weight.to_vec2::<f32>().expect("w")[0],
             [0.0, 1.0, 1.0]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chat;
-use crate::config::Role;
+use crate::config::PolicyRole;
 use crate::error::{Error, Result};
 use crate::eval::episodes::episode_specs;
 use crate::eval::rehearsal::{AttemptSummary, memory_text};
@@ -389,7 +389,7 @@ fn memory_items(
                 episode
                     .samples
                     .iter()
-                    .filter(|s| s.role == Role::Act)
+                    .filter(|s| s.role == PolicyRole::Act)
                     .flat_map(|s| TrainItem::of_sample(s, 1.0)),
             );
         }
@@ -403,7 +403,7 @@ fn memory_items(
                 episode
                     .samples
                     .iter()
-                    .filter(|s| s.role == Role::Rehearse && s.call == Some((0, 0)))
+                    .filter(|s| s.role == PolicyRole::Rehearse && s.call == Some((0, 0)))
                     .flat_map(|s| TrainItem::of_sample(s, 1.0)),
             );
         }
@@ -449,12 +449,12 @@ pub fn batch_items(
     let Some(share) = rehearse_share else {
         return batch_indices(seed, step, batch_size, items.len());
     };
-    let of_role = |role: Role| -> Vec<usize> {
+    let of_role = |role: PolicyRole| -> Vec<usize> {
         (0..items.len())
             .filter(|&i| items[i].role == role)
             .collect()
     };
-    let (act, rehearse) = (of_role(Role::Act), of_role(Role::Rehearse));
+    let (act, rehearse) = (of_role(PolicyRole::Act), of_role(PolicyRole::Rehearse));
     let mut n_rehearse = ((batch_size as f64) * share.clamp(0.0, 1.0)).round() as usize;
     if rehearse.is_empty() {
         n_rehearse = 0;
@@ -484,7 +484,7 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
         message: format!("SFT: building oracle samples from {} tasks", tasks.len()),
     });
     let items = oracle_items(session, tasks)?;
-    let roles: Vec<Role> = sft.roles.clone();
+    let roles: Vec<PolicyRole> = sft.roles.clone();
     let max_len =
         (session.config.rl.max_prompt_tokens + session.config.rl.max_response_tokens) as usize;
     let n_trainable = items
@@ -554,8 +554,8 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
             let (loss, rows, counts) = run().map_err(|e| Error::candle("SFT loss", e))?;
             for ((item, row), count) in micro.iter().zip(rows).zip(counts) {
                 let name = match item.role {
-                    Role::Act => "act",
-                    Role::Rehearse => "rehearse",
+                    PolicyRole::Act => "act",
+                    PolicyRole::Rehearse => "rehearse",
                 };
                 let entry = loss_by_role.entry(name).or_default();
                 entry.0 += f64::from(row);
@@ -753,7 +753,7 @@ mod tests {
         );
     }
 
-    fn item(role: Role) -> TrainItem {
+    fn item(role: PolicyRole) -> TrainItem {
         TrainItem {
             role,
             tokens: vec![1, 2],
@@ -770,9 +770,9 @@ mod tests {
         let items: Vec<TrainItem> = (0..40)
             .map(|i| {
                 item(if i % 4 == 3 {
-                    Role::Rehearse
+                    PolicyRole::Rehearse
                 } else {
-                    Role::Act
+                    PolicyRole::Act
                 })
             })
             .collect();
@@ -782,7 +782,7 @@ mod tests {
             assert_eq!(picked.len(), 8);
             let n_rehearse = picked
                 .iter()
-                .filter(|&&i| items[i].role == Role::Rehearse)
+                .filter(|&&i| items[i].role == PolicyRole::Rehearse)
                 .count();
             assert_eq!(n_rehearse, 4, "step {step}: {picked:?}");
             rehearse_seen.extend(picked.into_iter().filter(|&i| i % 4 == 3));
@@ -799,7 +799,7 @@ mod tests {
         assert!(
             batch_items(&items, 9, 0, 8, Some(0.0))
                 .iter()
-                .all(|&i| items[i].role == Role::Act)
+                .all(|&i| items[i].role == PolicyRole::Act)
         );
     }
 }

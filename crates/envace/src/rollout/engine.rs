@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::chat::{self, Message, parse_tool_calls};
-use crate::config::{ExperimentConfig, MemoryPosition, Role, ToolPrompt, ToolResponseMode};
+use crate::config::{ExperimentConfig, MemoryPosition, PolicyRole, ToolPrompt, ToolResponseMode};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::fidelity;
@@ -240,7 +240,7 @@ pub fn run_batch(
         } else {
             0
         };
-        let mut act = Sample::new(Role::Act);
+        let mut act = Sample::new(PolicyRole::Act);
         act.push(&prompt, Label::Prompt);
         let rng = Rng::new(settings.seed ^ (idx as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         lives.push(Live {
@@ -339,7 +339,7 @@ fn act_step(
         let mut prompt = live.act.tokens[..pinned].to_vec();
         prompt.extend_from_slice(&live.act.tokens[context_start..]);
         requests.push(GenerationRequest {
-            role: Role::Act,
+            role: PolicyRole::Act,
             prompt,
             max_new_tokens: settings.max_response_tokens,
             seed: request_seed(settings, live.idx, live.turns.len(), 0),
@@ -568,7 +568,7 @@ fn answer_rehearsals(
             let context_start = job.prompt.len().saturating_sub(settings.max_prompt_tokens);
             let turn_idx = lives[job.live].turns.len().saturating_sub(1);
             GenerationRequest {
-                role: Role::Rehearse,
+                role: PolicyRole::Rehearse,
                 prompt: job.prompt[context_start..].to_vec(),
                 max_new_tokens: settings.max_response_tokens,
                 seed: request_seed(settings, job.live, turn_idx, job.call_idx + 1),
@@ -593,7 +593,7 @@ fn answer_rehearsals(
     {
         let live = &mut lives[live_idx];
         let turn_idx = live.turns.len().saturating_sub(1);
-        let mut sample = Sample::new(Role::Rehearse);
+        let mut sample = Sample::new(PolicyRole::Rehearse);
         sample.push(&prompt, Label::Prompt);
         let start = sample.tokens.len();
         sample.push(&output.tokens, Label::Rehearse);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::chat;
-use crate::config::Role;
+use crate::config::PolicyRole;
 use crate::env::Environment;
 use crate::error::Result;
 use crate::model::{Policy, Sampling};
@@ -21,7 +21,7 @@ use super::codec::TokenCodec;
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerationRequest {
     /// Acting or rehearsing.
-    pub role: Role,
+    pub role: PolicyRole,
     /// The (left-truncated) context.
     pub prompt: Vec<u32>,
     /// Token limit of the answer.
@@ -252,7 +252,7 @@ impl Generator for RoleRouter<'_> {
         let (act, rehearse): (Vec<_>, Vec<_>) = requests
             .iter()
             .enumerate()
-            .partition(|(_, r)| r.role == Role::Act);
+            .partition(|(_, r)| r.role == PolicyRole::Act);
         let act_requests: Vec<GenerationRequest> = act.iter().map(|(_, r)| (*r).clone()).collect();
         let rehearse_requests: Vec<GenerationRequest> =
             rehearse.iter().map(|(_, r)| (*r).clone()).collect();

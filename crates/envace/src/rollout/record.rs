@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::chat::Message;
-use crate::config::Role;
+use crate::config::PolicyRole;
 use crate::error::{Error, Result};
 use crate::fidelity::Scores;
 use crate::store::{Batch, FidelityRow, RunId, TrajectoryRow, View};
@@ -89,7 +89,7 @@ fn is_zero(n: &usize) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Which role's sequence: the acting conversation, or one rehearse call.
-    pub role: Role,
+    pub role: PolicyRole,
     /// Token ids.
     pub tokens: Vec<u32>,
     /// One label per token.
@@ -104,7 +104,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub(crate) fn new(role: Role) -> Self {
+    pub(crate) fn new(role: PolicyRole) -> Self {
         Sample {
             role,
             tokens: Vec::new(),
@@ -129,7 +129,7 @@ impl Sample {
 /// The stored form of a sample: labels as one letter each (`P`, `I`, `A`, `R`).
 #[derive(Serialize, Deserialize)]
 struct StoredSample {
-    role: Role,
+    role: PolicyRole,
     tokens: Vec<u32>,
     labels: String,
     logprobs: Vec<f32>,

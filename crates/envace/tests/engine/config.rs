@@ -87,7 +87,7 @@ fn presets_differ_only_where_they_say() {
         ToolResponseMode::Rehearse
     );
     assert_eq!(real.env.tool_response_mode, ToolResponseMode::Real);
-    assert_eq!(frozen.rl.frozen_roles, vec![config::Role::Act]);
+    assert_eq!(frozen.rl.frozen_roles, vec![config::PolicyRole::Act]);
     // Same budget and model: the comparison is fair.
     assert_eq!(quickstart.rl.n_steps, real.rl.n_steps);
     assert_eq!(quickstart.model, real.model);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use envace::config::{
-    self, ExperimentConfig, FewShotSource, InitConfig, KlType, LrSchedule, Role, TaskSplit,
+    self, ExperimentConfig, FewShotSource, InitConfig, KlType, LrSchedule, PolicyRole, TaskSplit,
     ToolResponseMode,
 };
 use envace::controller::{JobOutcome, JobSpec, NoHooks, train};
@@ -183,7 +183,7 @@ fn a_zero_variance_group_contributes_no_gradient() {
     let batch = pad_batch(
         &refs,
         4096,
-        &[Role::Act, Role::Rehearse],
+        &[PolicyRole::Act, PolicyRole::Rehearse],
         session.policy.device(),
     )
     .unwrap();
@@ -299,10 +299,10 @@ fn rehearse_prompts(source: FewShotSource) -> (Vec<String>, Vec<String>) {
         let mut policy =
             Scripted::new(
                 move |request: &GenerationRequest, prompt: &str| match request.role {
-                    Role::Act => {
+                    PolicyRole::Act => {
                         oracle_turn(&script_pool, prompt, request.turn_idx).unwrap_or_default()
                     }
-                    Role::Rehearse => {
+                    PolicyRole::Rehearse => {
                         seen.push(prompt.to_owned());
                         "<execution_result>\n{\"result\": \"rehearsed\"}\n</execution_result>"
                             .to_owned()

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use candle_core::{D, Device, Tensor};
 use envace::chat::ChatTemplate;
-use envace::config::{Domain, MemoryPosition, Role, TaskSplit, ToolPrompt};
+use envace::config::{Domain, MemoryPosition, PolicyRole, TaskSplit, ToolPrompt};
 use envace::env::Environment;
 use envace::judge::RuleJudge;
 use envace::model::Sampling;
@@ -596,7 +596,7 @@ fn every_sampled_token_is_trained_on_the_context_it_was_generated_in() {
         // What training computes: every sampled token once, on the same context.
         let mut trained = BTreeMap::new();
         for item in &items {
-            let batch = pad_batch(&[item], 200 + 64, &[Role::Act], &Device::Cpu).unwrap();
+            let batch = pad_batch(&[item], 200 + 64, &[PolicyRole::Act], &Device::Cpu).unwrap();
             let (logp, _) = token_logprobs(&policy, &batch).unwrap();
             let logp = logp.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
             let weight = batch.weight.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
@@ -687,7 +687,7 @@ fn labels_mark_prompt_act_injected_and_rehearse_tokens() {
     );
     for episode in &episodes {
         let act = &episode.samples[0];
-        assert_eq!(act.role, Role::Act);
+        assert_eq!(act.role, PolicyRole::Act);
         assert_eq!(act.labels[0], Label::Prompt);
         assert_eq!(act.count(Label::Rehearse), 0);
         assert_eq!(act.logprobs.len(), act.count(Label::Act));
@@ -705,7 +705,7 @@ fn labels_mark_prompt_act_injected_and_rehearse_tokens() {
         let rendered = codec.decode(&act.tokens).unwrap();
         assert!(rendered.contains("<tool_response>"), "{rendered}");
         for sample in &episode.samples[1..] {
-            assert_eq!(sample.role, Role::Rehearse);
+            assert_eq!(sample.role, PolicyRole::Rehearse);
             assert_eq!(sample.count(Label::Act), 0);
             assert_eq!(sample.logprobs.len(), sample.count(Label::Rehearse));
             assert!(sample.call.is_some());

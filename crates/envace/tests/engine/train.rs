@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use candle_core::{DType, Device};
-use envace::config::{self, ExperimentConfig, Role, TinyModelConfig};
+use envace::config::{self, ExperimentConfig, PolicyRole, TinyModelConfig};
 use envace::controller::{Event, Flow, Hooks, JobOutcome, JobSpec, train};
 use envace::metrics;
 use envace::model::{Policy, TransformerConfig};
@@ -46,15 +46,19 @@ pub fn random_policy(vocab_size: u32, hidden_size: u32, seed: u64) -> Policy {
 
 fn items() -> Vec<TrainItem> {
     let mut out = Vec::new();
-    for (row, role) in [(0u32, Role::Act), (1, Role::Rehearse), (2, Role::Act)] {
+    for (row, role) in [
+        (0u32, PolicyRole::Act),
+        (1, PolicyRole::Rehearse),
+        (2, PolicyRole::Act),
+    ] {
         let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + row * 3) % 64).collect();
         let labels: Vec<Label> = (0..20)
             .map(|i| match (i, role) {
                 (0..=5, _) => Label::Prompt,
-                (6..=9, Role::Act) => Label::Act,
-                (10..=12, Role::Act) => Label::Injected,
-                (_, Role::Act) => Label::Act,
-                (_, Role::Rehearse) => Label::Rehearse,
+                (6..=9, PolicyRole::Act) => Label::Act,
+                (10..=12, PolicyRole::Act) => Label::Injected,
+                (_, PolicyRole::Act) => Label::Act,
+                (_, PolicyRole::Rehearse) => Label::Rehearse,
             })
             .collect();
         out.push(TrainItem {
@@ -78,7 +82,13 @@ fn the_kl_of_a_model_against_itself_is_zero() {
     let policy = tiny_policy(1);
     let items = items();
     let refs: Vec<&TrainItem> = items.iter().collect();
-    let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+    let batch = pad_batch(
+        &refs,
+        64,
+        &[PolicyRole::Act, PolicyRole::Rehearse],
+        &Device::Cpu,
+    )
+    .unwrap();
     for kl_type in [config::KlType::K1, config::KlType::K2, config::KlType::K3] {
         let mut rl = rl_config();
         rl.kl_type = kl_type;
@@ -104,9 +114,9 @@ fn the_policy_gradient_loss_reads_only_trained_tokens() {
     let mut rl = rl_config();
     rl.kl_coef = 0.0;
     for roles in [
-        vec![Role::Act, Role::Rehearse],
-        vec![Role::Rehearse],
-        vec![Role::Act],
+        vec![PolicyRole::Act, PolicyRole::Rehearse],
+        vec![PolicyRole::Rehearse],
+        vec![PolicyRole::Act],
     ] {
         let batch = pad_batch(&refs, 64, &roles, &Device::Cpu).unwrap();
         let (loss, sums) =
@@ -125,14 +135,20 @@ fn the_policy_gradient_loss_reads_only_trained_tokens() {
         assert_eq!(counted as usize, batch.n_trained);
     }
     // Act items train 4 + 7 tokens (the injected span is skipped), the rehearse item 14.
-    assert_eq!(items[0].n_trained(64, &[Role::Act]), 11);
-    assert_eq!(items[1].n_trained(64, &[Role::Rehearse]), 14);
-    assert_eq!(items[1].n_trained(64, &[Role::Act]), 0);
+    assert_eq!(items[0].n_trained(64, &[PolicyRole::Act]), 11);
+    assert_eq!(items[1].n_trained(64, &[PolicyRole::Rehearse]), 14);
+    assert_eq!(items[1].n_trained(64, &[PolicyRole::Act]), 0);
 }
 
 fn sft_loss(policy: &Policy, items: &[TrainItem]) -> f64 {
     let refs: Vec<&TrainItem> = items.iter().collect();
-    let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+    let batch = pad_batch(
+        &refs,
+        64,
+        &[PolicyRole::Act, PolicyRole::Rehearse],
+        &Device::Cpu,
+    )
+    .unwrap();
     let (logp, _) = token_logprobs(policy, &batch).unwrap();
     let total = (logp * &batch.weight).unwrap().sum_all().unwrap();
     -f64::from(total.to_scalar::<f32>().unwrap()) / batch.n_trained as f64
@@ -144,7 +160,13 @@ fn sft_steps_lower_the_loss_and_the_optimizer_state_round_trips() {
     let run_steps = |policy: &Policy, optimizer: &mut AdamW, n: usize| {
         for _ in 0..n {
             let refs: Vec<&TrainItem> = items.iter().collect();
-            let batch = pad_batch(&refs, 64, &[Role::Act, Role::Rehearse], &Device::Cpu).unwrap();
+            let batch = pad_batch(
+                &refs,
+                64,
+                &[PolicyRole::Act, PolicyRole::Rehearse],
+                &Device::Cpu,
+            )
+            .unwrap();
             let (logp, _) = token_logprobs(policy, &batch).unwrap();
             let loss = ((logp * &batch.weight)
                 .unwrap()

@@ -1,0 +1,523 @@
+//! Request checks: a chat-completions body validated field by field into a [`ChatCall`] (or a
+//! 400 naming the field), the tools folded into the turns for a template that cannot render
+//! them, and the prompt text.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Response, StatusCode};
+use serde_json::{Map, Value, json};
+
+use super::json_response;
+use crate::chat::{ChatTemplate, ToolCall};
+use crate::env::pyjson;
+
+/// An OpenAI-style error reply.
+#[derive(Debug)]
+pub(super) struct ApiError {
+    pub(super) status: StatusCode,
+    pub(super) message: String,
+    pub(super) kind: &'static str,
+    pub(super) param: Option<String>,
+}
+
+impl ApiError {
+    pub(super) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()),
+        }
+    }
+
+    pub(super) fn body(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+        }
+    }
+
+    pub(super) fn response(&self) -> Response<Full<Bytes>> {
+        json_response(
+            self.status,
+            &json!({"error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": Value::Null,
+            }}),
+        )
+    }
+}
+
+/// A validated chat-completions request.
+#[derive(Debug)]
+pub(super) struct ChatCall {
+    /// Messages in the form Hugging Face templates read.
+    pub(super) messages: Vec<Value>,
+    /// OpenAI tool objects.
+    pub(super) tools: Vec<Value>,
+    pub(super) temperature: f64,
+    pub(super) top_p: f64,
+    pub(super) max_tokens: Option<usize>,
+    pub(super) stop: Vec<String>,
+    pub(super) seed: Option<u64>,
+}
+
+/// The prompt text of a request: the conversation through the chat template, tools folded
+/// into the turns when the template does not render them.
+pub(super) fn render_prompt(
+    template: &ChatTemplate,
+    template_knows_tools: bool,
+    call: &ChatCall,
+) -> std::result::Result<String, ApiError> {
+    let (messages, tools) = if template_knows_tools {
+        (call.messages.clone(), call.tools.clone())
+    } else {
+        (fold_tools(&call.messages, &call.tools), Vec::new())
+    };
+    template.render(&messages, &tools, true).map_err(|e| {
+        ApiError::invalid(
+            "messages",
+            format!("the chat template rejects this conversation: {e}"),
+        )
+    })
+}
+
+/// Checks a request body and converts its messages to the Hugging Face form.
+pub(super) fn parse_chat_call(body: &Value) -> std::result::Result<ChatCall, ApiError> {
+    let Value::Object(body) = body else {
+        return Err(ApiError::body("the request body must be a JSON object"));
+    };
+    if let Some(model) = body.get("model")
+        && !model.is_string()
+    {
+        return Err(ApiError::invalid(
+            "model",
+            format!("must be a string, not {model}"),
+        ));
+    }
+    if let Some(n) = body.get("n").filter(|v| !v.is_null())
+        && n.as_u64() != Some(1)
+    {
+        return Err(ApiError::invalid(
+            "n",
+            format!("n = {n} is not supported; this server returns one choice (n = 1)"),
+        ));
+    }
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err(ApiError::invalid(
+            "stream",
+            "streaming is not supported; send stream: false (or leave it out) for one JSON reply",
+        ));
+    }
+    if body.get("logprobs").and_then(Value::as_bool) == Some(true) {
+        return Err(ApiError::invalid(
+            "logprobs",
+            "logprobs are not returned by this server; leave logprobs out",
+        ));
+    }
+    let tool_choice_none = match body.get("tool_choice") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(choice)) if choice == "auto" => false,
+        Some(Value::String(choice)) if choice == "none" => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                format!("{other} is not supported; use \"auto\" or \"none\""),
+            ));
+        }
+    };
+    let temperature = optional_number(body, "temperature", 0.0, 2.0)?.unwrap_or(1.0);
+    let top_p = optional_number(body, "top_p", 0.0, 1.0)?.unwrap_or(1.0);
+    if top_p <= 0.0 {
+        return Err(ApiError::invalid("top_p", "must be greater than 0"));
+    }
+    let max_tokens = match optional_count(body, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => optional_count(body, "max_tokens")?,
+    };
+    let stop = match body.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(idx, item)| {
+                item.as_str().map(str::to_owned).ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("stop[{idx}]"),
+                        format!("must be a string, not {item}"),
+                    )
+                })
+            })
+            .collect::<std::result::Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("must be a string or a list of strings, not {other}"),
+            ));
+        }
+    };
+    let seed = match body.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .or_else(|| v.as_i64().map(|s| s as u64))
+                .ok_or_else(|| ApiError::invalid("seed", format!("must be an integer, not {v}")))?,
+        ),
+    };
+    if let Some(format) = body.get("response_format").filter(|v| !v.is_null()) {
+        let kind = format.get("type").and_then(Value::as_str);
+        if !matches!(kind, Some("text" | "json_object" | "json_schema")) {
+            return Err(ApiError::invalid(
+                "response_format.type",
+                format!("must be \"text\", \"json_object\" or \"json_schema\", not {format}"),
+            ));
+        }
+    }
+    let tools = if tool_choice_none {
+        Vec::new()
+    } else {
+        parse_tools(body.get("tools"))?
+    };
+    let messages = parse_messages(body.get("messages"))?;
+    Ok(ChatCall {
+        messages,
+        tools,
+        temperature,
+        top_p,
+        max_tokens,
+        stop,
+        seed,
+    })
+}
+
+pub(super) fn optional_number(
+    body: &Map<String, Value>,
+    field: &str,
+    min: f64,
+    max: f64,
+) -> std::result::Result<Option<f64>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if (min..=max).contains(&x) => Ok(Some(x)),
+            _ => Err(ApiError::invalid(
+                field,
+                format!("must be a number from {min} to {max}, not {v}"),
+            )),
+        },
+    }
+}
+
+pub(super) fn optional_count(
+    body: &Map<String, Value>,
+    field: &str,
+) -> std::result::Result<Option<usize>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            _ => Err(ApiError::invalid(
+                field,
+                format!("must be a whole number of at least 1, not {v}"),
+            )),
+        },
+    }
+}
+
+pub(super) fn parse_tools(tools: Option<&Value>) -> std::result::Result<Vec<Value>, ApiError> {
+    let items = match tools {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "tools",
+                format!("must be a list of tools, not {other}"),
+            ));
+        }
+    };
+    for (idx, tool) in items.iter().enumerate() {
+        let field = |name: &str| format!("tools[{idx}]{name}");
+        if tool.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError::invalid(
+                field(".type"),
+                "must be \"function\" (the only tool type served)",
+            ));
+        }
+        let Some(function) = tool.get("function").filter(|f| f.is_object()) else {
+            return Err(ApiError::invalid(field(".function"), "must be an object"));
+        };
+        match function.get("name").and_then(Value::as_str) {
+            Some(name) if !name.trim().is_empty() => {}
+            _ => {
+                return Err(ApiError::invalid(
+                    field(".function.name"),
+                    "must be a non-empty string",
+                ));
+            }
+        }
+        if let Some(parameters) = function.get("parameters")
+            && !parameters.is_object()
+        {
+            return Err(ApiError::invalid(
+                field(".function.parameters"),
+                "must be a JSON Schema object",
+            ));
+        }
+    }
+    Ok(items.clone())
+}
+
+/// The text of a message's `content`: a string, null, or a list of text parts.
+pub(super) fn content_text(
+    content: Option<&Value>,
+    field: &str,
+) -> std::result::Result<String, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (idx, part) in parts.iter().enumerate() {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(piece)) => text.push_str(piece),
+                    (kind, _) => {
+                        return Err(ApiError::invalid(
+                            format!("{field}[{idx}]"),
+                            format!(
+                                "only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported, not {}",
+                                kind.unwrap_or("a part without a type")
+                            ),
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("must be a string or a list of text parts, not {other}"),
+        )),
+    }
+}
+
+pub(super) fn parse_messages(
+    messages: Option<&Value>,
+) -> std::result::Result<Vec<Value>, ApiError> {
+    let items = match messages {
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid(
+                "messages",
+                "must hold at least one message",
+            ));
+        }
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("messages", "is required"));
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "messages",
+                format!("must be a list of messages, not {other}"),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (idx, message) in items.iter().enumerate() {
+        let field = |name: &str| format!("messages[{idx}]{name}");
+        if !message.is_object() {
+            return Err(ApiError::invalid(field(""), "must be an object"));
+        }
+        let role = match message.get("role").and_then(Value::as_str) {
+            Some("developer") => "system",
+            Some(role @ ("system" | "user" | "assistant" | "tool")) => role,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    field(".role"),
+                    format!(
+                        "{other:?} is not a role; use system, developer, user, assistant or tool"
+                    ),
+                ));
+            }
+            None => return Err(ApiError::invalid(field(".role"), "is required")),
+        };
+        let content = content_text(message.get("content"), &field(".content"))?;
+        let mut hf = Map::new();
+        hf.insert("role".to_owned(), Value::from(role));
+        hf.insert("content".to_owned(), Value::from(content));
+        if role == "assistant" {
+            let calls = match message.get("tool_calls") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(calls)) => calls.clone(),
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        field(".tool_calls"),
+                        format!("must be a list, not {other}"),
+                    ));
+                }
+            };
+            let mut hf_calls = Vec::with_capacity(calls.len());
+            for (j, call) in calls.iter().enumerate() {
+                let call_field = |name: &str| format!("messages[{idx}].tool_calls[{j}]{name}");
+                let name = call
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.trim().is_empty())
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            call_field(".function.name"),
+                            "must be a non-empty string",
+                        )
+                    })?;
+                let arguments = match call.get("function").and_then(|f| f.get("arguments")) {
+                    Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                        Ok(Value::Object(args)) => args,
+                        _ => {
+                            return Err(ApiError::invalid(
+                                call_field(".function.arguments"),
+                                format!("must be a string holding a JSON object, not {text:?}"),
+                            ));
+                        }
+                    },
+                    Some(Value::Object(args)) => args.clone(),
+                    None | Some(Value::Null) => Map::new(),
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            call_field(".function.arguments"),
+                            format!("must be a JSON string, not {other}"),
+                        ));
+                    }
+                };
+                let mut hf_call = Map::new();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    hf_call.insert("id".to_owned(), Value::from(id));
+                }
+                hf_call.insert("type".to_owned(), Value::from("function"));
+                hf_call.insert(
+                    "function".to_owned(),
+                    json!({"name": name, "arguments": Value::Object(arguments)}),
+                );
+                hf_calls.push(Value::Object(hf_call));
+            }
+            if !hf_calls.is_empty() {
+                hf.insert("tool_calls".to_owned(), Value::Array(hf_calls));
+            }
+        }
+        if role == "tool" {
+            for key in ["tool_call_id", "name"] {
+                match message.get(key) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(text)) => {
+                        hf.insert(key.to_owned(), Value::from(text.clone()));
+                    }
+                    Some(other) => {
+                        return Err(ApiError::invalid(
+                            field(&format!(".{key}")),
+                            format!("must be a string, not {other}"),
+                        ));
+                    }
+                }
+            }
+        }
+        out.push(Value::Object(hf));
+    }
+    Ok(out)
+}
+
+/// The messages with tools, tool calls and tool responses written into plain turns, for a
+/// template that does not render them (see the module doc).
+pub(super) fn fold_tools(messages: &[Value], tools: &[Value]) -> Vec<Value> {
+    let text = |m: &Value| {
+        m.get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let role = |m: &Value| {
+        m.get("role")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len() + 1);
+    let mut rest = messages;
+    if !tools.is_empty() {
+        let mut section = String::from(
+            "# Tools\n\nTo call a tool, write <tool_call>\n{\"name\": <tool-name>, \"arguments\": <arguments-object>}\n</tool_call>, one block per call.\n<tools>",
+        );
+        for tool in tools {
+            section.push('\n');
+            section.push_str(&pyjson::dumps_with(tool, pyjson::Layout::CHAT));
+        }
+        section.push_str("\n</tools>");
+        let system = match messages.first() {
+            Some(first) if role(first) == "system" => {
+                rest = &messages[1..];
+                format!("{}\n\n{section}", text(first))
+            }
+            _ => section,
+        };
+        out.push(json!({"role": "system", "content": system}));
+    }
+    for message in rest {
+        match role(message).as_str() {
+            "assistant" => {
+                let mut content = text(message);
+                let calls = message
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for call in calls {
+                    let function = call.get("function").cloned().unwrap_or(Value::Null);
+                    let block = ToolCall {
+                        name: function
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        arguments: function
+                            .get("arguments")
+                            .and_then(Value::as_object)
+                            .cloned()
+                            .unwrap_or_default(),
+                    }
+                    .to_block();
+                    if !content.is_empty() {
+                        content.push('\n');
+                    }
+                    content.push_str(&block);
+                }
+                out.push(json!({"role": "assistant", "content": content}));
+            }
+            "tool" => {
+                let block = format!("<tool_response>\n{}\n</tool_response>", text(message));
+                // Consecutive tool responses share one user turn.
+                if let Some(last) = out.last_mut()
+                    && last.get("tool_responses").is_some()
+                    && let Some(Value::String(content)) = last.get_mut("content")
+                {
+                    content.push('\n');
+                    content.push_str(&block);
+                    continue;
+                }
+                out.push(json!({"role": "user", "content": block, "tool_responses": true}));
+            }
+            _ => out.push(message.clone()),
+        }
+    }
+    for message in &mut out {
+        if let Some(map) = message.as_object_mut() {
+            map.remove("tool_responses");
+        }
+    }
+    out
+}

@@ -44,6 +44,7 @@ use serde_json::{Map, Value, json};
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::model::Sampling;
+use crate::openai::ToolCallOut;
 use crate::tokenize::{self, Tokenizer};
 
 pub use model::LoadedModel;
@@ -488,7 +489,8 @@ async fn chat_completion(
         },
     );
     if !turn.tool_calls.is_empty() {
-        message.insert("tool_calls".to_owned(), Value::Array(turn.tool_calls));
+        let calls = turn.tool_calls.iter().map(ToolCallOut::to_json).collect();
+        message.insert("tool_calls".to_owned(), Value::Array(calls));
     }
     Ok(json!({
         "id": format!("chatcmpl-{:016x}", fresh_u64()),
@@ -551,7 +553,7 @@ mod tests {
         let calls: Vec<String> = turn
             .tool_calls
             .iter()
-            .map(|c| format!("{}({})", c["function"]["name"], c["function"]["arguments"]))
+            .map(|c| format!("{:?}({:?})", c.name, c.arguments))
             .collect();
         format!(
             "content={:?} calls=[{}] finish={}",

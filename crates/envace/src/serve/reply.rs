@@ -1,18 +1,19 @@
 //! A generated reply split into the OpenAI message parts: content, tool calls and finish
 //! reason (a malformed `<tool_call>` block stays in the content).
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{State, fresh_u64};
 use crate::chat::parse_tool_calls;
 use crate::error::Result;
+use crate::openai::ToolCallOut;
 use crate::tokenize;
 
 /// A reply's message parts.
 #[derive(Debug, PartialEq)]
 pub(super) struct Turn {
     pub(super) content: String,
-    pub(super) tool_calls: Vec<Value>,
+    pub(super) tool_calls: Vec<ToolCallOut>,
     pub(super) finish_reason: &'static str,
 }
 
@@ -70,17 +71,12 @@ pub(super) fn split_turn(text: &str, stopped: bool) -> Turn {
     for (idx, original) in originals.iter().enumerate() {
         content = content.replace(&format!("\u{E000}{idx}\u{E001}"), original);
     }
-    let tool_calls: Vec<Value> = reparsed
+    let tool_calls: Vec<ToolCallOut> = reparsed
         .valid_calls()
-        .map(|call| {
-            json!({
-                "id": format!("call_{:016x}", fresh_u64()),
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": Value::Object(call.arguments.clone()).to_string(),
-                },
-            })
+        .map(|call| ToolCallOut {
+            id: format!("call_{:016x}", fresh_u64()),
+            name: call.name.clone(),
+            arguments: Value::Object(call.arguments.clone()).to_string(),
         })
         .collect();
     let finish_reason = match (stopped, tool_calls.is_empty()) {

@@ -1,4 +1,4 @@
-//! `cargo xtask bench science [--seeds A,B,C]`: does world-rehearsal RL train, measured over
+//! `cargo xtask bench science [--seeds A,B,C] [--config FILE]`: does world-rehearsal RL train, measured over
 //! seeds. For each seed: SFT once (the quickstart's SFT), then three arms from that same
 //! checkpoint, each its own `envace train` run — real-environment GRPO, rehearsal GRPO, and an
 //! equal-compute control that spends the RL arms' wall time on more SFT — and the test-time
@@ -7,8 +7,9 @@
 //! success and score, per family, and sampled pass@k. Prints means ± standard errors over
 //! seeds, the per-seed figures behind them, each target with its verdict, and the CPU.
 //!
-//! Every config is the quickstart preset with a few keys changed (named in the JSON), so the
-//! benchmark measures what a person who clicks Start gets.
+//! Every config is the quickstart preset (or `--config FILE`, e.g. another task mix) with a few
+//! keys changed (named in the JSON), so the benchmark measures what a person who clicks Start
+//! gets.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -95,9 +96,11 @@ impl Arm {
     }
 }
 
-/// The quickstart preset with the benchmark's evaluation and `seed`.
-fn base_config(root: &Path, seed: u64) -> Result<DocumentMut> {
-    let path = root.join("assets/configs/quickstart.toml");
+/// The preset the benchmark starts from when no `--config` is given.
+pub const DEFAULT_CONFIG: &str = "assets/configs/quickstart.toml";
+
+/// The experiment config `path` with the benchmark's evaluation and `seed`.
+fn base_config(path: &Path, seed: u64) -> Result<DocumentMut> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut doc: DocumentMut = text
@@ -276,11 +279,30 @@ pub fn parse_seeds(args: &[String]) -> Result<Vec<u64>> {
     }
 }
 
-/// `cargo xtask bench science [--seeds A,B,C]`.
-pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
+/// Parses `--config FILE` (relative to the working directory), else the quickstart preset.
+pub fn parse_config(root: &Path, args: &[String]) -> Result<PathBuf> {
+    match args.iter().position(|a| a == "--config") {
+        None => Ok(root.join(DEFAULT_CONFIG)),
+        Some(idx) => {
+            let path = PathBuf::from(
+                args.get(idx + 1)
+                    .context("--config needs an experiment config file, e.g. --config mix.toml")?,
+            );
+            if !path.is_file() {
+                bail!("--config: {} is not a file", path.display());
+            }
+            Ok(path)
+        }
+    }
+}
+
+/// `cargo xtask bench science [--seeds A,B,C] [--config FILE]`.
+pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
     if seeds.is_empty() {
         bail!("--seeds: give at least one seed");
     }
+    // Validate the config before the release build and hours of training.
+    base_config(config, 0)?;
     crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
     let envace = target_dir(root).join("release").join("envace");
     let bench_dir = root.join("target").join("bench").join("science");
@@ -297,14 +319,14 @@ pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
         let store = dir.join("runs.sqlite");
 
         // SFT once; its evaluation (and test-time curve) is the SFT-only figure.
-        let mut sft = base_config(root, seed)?;
+        let mut sft = base_config(config, seed)?;
         set_name(&mut sft, "sft");
         sft["rl"]["n_steps"] = value(0);
         budget_curve(&mut sft);
         let sft_arm = train(&envace, &dir, "sft", &sft, &store)?;
 
         // The two RL arms from the SFT checkpoint.
-        let mut rehearse = base_config(root, seed)?;
+        let mut rehearse = base_config(config, seed)?;
         set_name(&mut rehearse, "rehearsal-grpo");
         rehearse["sft"]["enabled"] = value(false);
         rehearse["env"]["tool_response_mode"] = value("rehearse");
@@ -312,7 +334,7 @@ pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
         budget_curve(&mut rehearse);
         let rehearse_arm = train(&envace, &dir, "rehearsal-grpo", &rehearse, &store)?;
 
-        let mut real = base_config(root, seed)?;
+        let mut real = base_config(config, seed)?;
         set_name(&mut real, "real-grpo");
         real["sft"]["enabled"] = value(false);
         real["env"]["tool_response_mode"] = value("real");
@@ -323,7 +345,7 @@ pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
         let step_secs = sft_step_secs(&envace, &store, "sft")?;
         let rl_secs = (rehearse_arm.train_secs + real_arm.train_secs) / 2.0;
         let n_more = ((rl_secs / step_secs).round() as i64).max(1);
-        let mut more = base_config(root, seed)?;
+        let mut more = base_config(config, seed)?;
         set_name(&mut more, "more-sft");
         let final_lr = more["sft"]["lr"].as_float().unwrap_or(1e-3)
             * more["sft"]["min_lr_ratio"].as_float().unwrap_or(1.0);
@@ -420,7 +442,7 @@ pub fn science(root: &Path, seeds: &[u64]) -> Result<()> {
             "seeds": seeds,
             "held_out_tasks": EVAL_TASKS,
             "sampled_trials": EVAL_TRIALS,
-            "config": "assets/configs/quickstart.toml; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate",
+            "config": format!("{}; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate", config.display()),
             "success": {
                 "sft_only": stat(&sft),
                 "more_sft": stat(&more),

@@ -29,7 +29,8 @@ commands:
                  chart       a chart of 1,000,000 points per series in the studio's
                              webview (Xvfb): first draw and zoom/pan redraws, ours
                              (decimated) vs plain uPlot given every point
-                 science     [--seeds A,B,C] per seed: SFT once, then real-environment
+                 science     [--seeds A,B,C] [--config FILE] (default: the quickstart
+                             preset) per seed: SFT once, then real-environment
                              GRPO, rehearsal GRPO and more SFT from that checkpoint;
                              held-out success (greedy, pass@k, per family) and test-time
                              rehearsal curves, mean ± standard error over seeds
@@ -232,7 +233,11 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),
-        Some("science") => bench_science::science(root, &bench_science::parse_seeds(args)?),
+        Some("science") => bench_science::science(
+            root,
+            &bench_science::parse_seeds(args)?,
+            &bench_science::parse_config(root, args)?,
+        ),
         None => {
             bail!(
                 "usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart, chart, science"

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use crate::config::{ExperimentConfig, TaskSplit};
 use crate::error::{Error, Result};
 pub use crate::rl::hooks::{Event, Flow, Hooks, NoHooks};
-use crate::rl::session::{Phase, Session, load_sources, task_pool};
+use crate::rl::session::{Phase, Session, load_sources, sft_task_pool, task_pool};
 use crate::rl::{grpo, sft};
 use crate::store::{RunId, RunStatus, RunWriter, Store};
 use crate::tasks::GenTask;
@@ -308,10 +308,9 @@ fn open_session(
         message: "loading data and building the task pools".to_owned(),
     });
     let sources = load_sources(&config)?;
-    let sft_tasks = task_pool(
+    let sft_tasks = sft_task_pool(
         &config,
         &sources,
-        config.env.task_split,
         config.sft.n_tasks as usize,
         config.run.seed,
     )?;

@@ -551,6 +551,12 @@ pub struct SftConfig {
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub memory_share: f64,
+    /// Generated task families of the SFT corpus; empty takes `[env].families`. A narrower
+    /// list leaves the other families to RL alone, learnt from reward with no demonstration
+    /// (e.g. single calls here, multi-call tasks in RL and in the held-out evaluation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("uniqueItems" = true))]
+    pub families: Vec<String>,
 }
 
 impl Default for SftConfig {
@@ -568,6 +574,7 @@ impl Default for SftConfig {
             rehearse_share: None,
             warmup_steps: None,
             memory_share: 0.0,
+            families: Vec::new(),
         }
     }
 }

@@ -175,7 +175,8 @@ pub fn load_sources(config: &ExperimentConfig) -> Result<GenSources> {
     })
 }
 
-/// `n_tasks` generated tasks of `split`, spread over the experiment's domains in turn.
+/// `n_tasks` generated tasks of `split` of `[env].families`, spread over the experiment's
+/// domains in turn: the RL pool and the held-out tasks.
 pub fn task_pool(
     config: &ExperimentConfig,
     sources: &GenSources,
@@ -183,7 +184,49 @@ pub fn task_pool(
     n_tasks: usize,
     seed: u64,
 ) -> Result<Vec<Arc<GenTask>>> {
-    let wanted = &config.env.families;
+    pool_of(
+        config,
+        sources,
+        split,
+        n_tasks,
+        seed,
+        &config.env.families,
+        "[env].families",
+    )
+}
+
+/// The SFT corpus's `n_tasks` generated tasks of `[env].task_split`: of `[sft].families` when
+/// given, else as [`task_pool`].
+pub fn sft_task_pool(
+    config: &ExperimentConfig,
+    sources: &GenSources,
+    n_tasks: usize,
+    seed: u64,
+) -> Result<Vec<Arc<GenTask>>> {
+    let split = config.env.task_split;
+    if config.sft.families.is_empty() {
+        return task_pool(config, sources, split, n_tasks, seed);
+    }
+    pool_of(
+        config,
+        sources,
+        split,
+        n_tasks,
+        seed,
+        &config.sft.families,
+        "[sft].families",
+    )
+}
+
+fn pool_of(
+    config: &ExperimentConfig,
+    sources: &GenSources,
+    split: TaskSplit,
+    n_tasks: usize,
+    seed: u64,
+    wanted: &[String],
+    field: &str,
+) -> Result<Vec<Arc<GenTask>>> {
     // With `[env].families`, each domain draws the listed families it has; a domain with none
     // of them contributes no tasks.
     let domains: Vec<(Domain, Vec<String>)> = config
@@ -211,7 +254,7 @@ pub fn task_pool(
             .map(|(name, _)| name)
             .collect();
         return Err(Error::Data {
-            source_name: "[env].families".to_owned(),
+            source_name: field.to_owned(),
             message: format!(
                 "{unknown:?} is no generated family of env.domains; known: {}",
                 known.join(", ")

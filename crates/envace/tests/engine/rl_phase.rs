@@ -18,7 +18,7 @@ use envace::env::pyjson;
 use envace::model::Policy;
 use envace::rl::grpo::{items_of, micro_batch_loss, step_rollouts};
 use envace::rl::pad_batch;
-use envace::rl::session::{Session, load_sources, task_pool};
+use envace::rl::session::{Session, load_sources, sft_task_pool, task_pool};
 use envace::rollout::{GenerationRequest, Scripted};
 use envace::store::{RunWriter, Store};
 use envace::tasks::GenTask;
@@ -347,5 +347,50 @@ fn offline_few_shot_examples_never_come_from_a_live_response() {
             .iter()
             .any(|p| real.iter().any(|r| p.contains(r.as_str()))),
         "live responses reach the rehearse prompts"
+    );
+}
+
+/// `[sft].families` narrows the SFT corpus only: the RL pool and the held-out tasks keep
+/// `[env].families` (families left to RL have no demonstration); an unknown name is refused,
+/// naming the field.
+#[test]
+fn sft_families_narrow_the_sft_corpus_and_nothing_else() {
+    let mut config = tiny();
+    config.env.families = vec!["fn_arithmetic".to_owned(), "fn_multiple".to_owned()];
+    config.sft.families = vec!["fn_arithmetic".to_owned()];
+    let sources = load_sources(&config).unwrap();
+    let families = |pool: &[Arc<GenTask>]| -> BTreeSet<&'static str> {
+        pool.iter().map(|task| task.family).collect()
+    };
+    let sft = sft_task_pool(&config, &sources, 40, 5).unwrap();
+    assert_eq!(sft.len(), 40);
+    assert_eq!(families(&sft), BTreeSet::from(["fn_arithmetic"]));
+    assert!(sft.iter().all(|task| task.split == TaskSplit::Train));
+    let rl = task_pool(&config, &sources, TaskSplit::Train, 40, 6).unwrap();
+    assert_eq!(
+        families(&rl),
+        BTreeSet::from(["fn_arithmetic", "fn_multiple"])
+    );
+    let held_out = task_pool(&config, &sources, TaskSplit::Test, 40, 7).unwrap();
+    assert_eq!(
+        families(&held_out),
+        BTreeSet::from(["fn_arithmetic", "fn_multiple"])
+    );
+
+    // Without `[sft].families` the SFT corpus draws `[env].families`.
+    config.sft.families.clear();
+    let both = sft_task_pool(&config, &sources, 40, 5).unwrap();
+    assert_eq!(
+        families(&both),
+        BTreeSet::from(["fn_arithmetic", "fn_multiple"])
+    );
+
+    config.sft.families = vec!["fn_juggling".to_owned()];
+    let err = sft_task_pool(&config, &sources, 40, 5)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("[sft].families: \"fn_juggling\" is no generated family of env.domains"),
+        "{err}"
     );
 }

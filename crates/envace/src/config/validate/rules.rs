@@ -97,6 +97,13 @@ pub(super) fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, Stri
             );
         }
     }
+    if env.task_source != TaskSource::Generated && !sft.families.is_empty() {
+        issue(
+            "sft.families",
+            "families choose among generated tasks; remove it or set env.task_source = \"generated\""
+                .into(),
+        );
+    }
     if env.task_source != TaskSource::Generated && !env.families.is_empty() {
         issue(
             "env.families",

@@ -558,31 +558,22 @@ impl QuantizedLlama {
         // shared out from inside the pool, rather than handed over from this thread and waited
         // for (a futex wake and sleep per product). SmolLM2 Q4_1 decoding went from 78 to 128
         // tokens/s on one thread and from 124 to 167 on two.
-        rayon::scope(|_| self.generate_here(prompt, max_new_tokens, stop_tokens, sampling, row))
-    }
-
-    fn generate_here(
-        &mut self,
-        prompt: &[u32],
-        max_new_tokens: usize,
-        stop_tokens: &[u32],
-        sampling: &Sampling,
-        row: u64,
-    ) -> Result<Generated> {
-        let mut rng = sampling.row_rng(row);
-        let mut out = Generated::default();
-        let mut logits = self.forward(prompt, 0)?;
-        let mut past = prompt.len();
-        loop {
-            let (token, logprob) = sampling.pick(&logits, &mut rng);
-            out.tokens.push(token);
-            out.logprobs.push(logprob);
-            if out.tokens.len() == max_new_tokens || stop_tokens.contains(&token) {
-                return Ok(out);
+        rayon::scope(|_| {
+            let mut rng = sampling.row_rng(row);
+            let mut out = Generated::default();
+            let mut logits = self.forward(prompt, 0)?;
+            let mut past = prompt.len();
+            loop {
+                let (token, logprob) = sampling.pick(&logits, &mut rng);
+                out.tokens.push(token);
+                out.logprobs.push(logprob);
+                if out.tokens.len() == max_new_tokens || stop_tokens.contains(&token) {
+                    return Ok(out);
+                }
+                logits = self.forward(&[token], past)?;
+                past += 1;
             }
-            logits = self.forward(&[token], past)?;
-            past += 1;
-        }
+        })
     }
 
     /// Rows of the output head.

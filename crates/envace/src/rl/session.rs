@@ -203,19 +203,13 @@ pub fn sft_task_pool(
     n_tasks: usize,
     seed: u64,
 ) -> Result<Vec<Arc<GenTask>>> {
+    let (families, field) = if config.sft.families.is_empty() {
+        (&config.env.families, "[env].families")
+    } else {
+        (&config.sft.families, "[sft].families")
+    };
     let split = config.env.task_split;
-    if config.sft.families.is_empty() {
-        return task_pool(config, sources, split, n_tasks, seed);
-    }
-    pool_of(
-        config,
-        sources,
-        split,
-        n_tasks,
-        seed,
-        &config.sft.families,
-        "[sft].families",
-    )
+    pool_of(config, sources, split, n_tasks, seed, families, field)
 }
 
 fn pool_of(

@@ -591,6 +591,11 @@ pub enum PolicyRole {
     Rehearse,
 }
 
+impl PolicyRole {
+    /// Both roles, act first.
+    pub const BOTH: [PolicyRole; 2] = [PolicyRole::Act, PolicyRole::Rehearse];
+}
+
 /// How GRPO advantages are baselined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -1017,7 +1022,7 @@ mod defaults {
         4
     }
     pub fn both_roles() -> Vec<PolicyRole> {
-        vec![PolicyRole::Act, PolicyRole::Rehearse]
+        PolicyRole::BOTH.to_vec()
     }
     pub fn rl_n_steps() -> u32 {
         200

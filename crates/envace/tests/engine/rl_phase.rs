@@ -180,13 +180,7 @@ fn a_zero_variance_group_contributes_no_gradient() {
     let dir = tempfile::tempdir().unwrap();
     let session = session(&tiny(), dir.path());
     let refs: Vec<_> = items.iter().map(|i| &i.item).collect();
-    let batch = pad_batch(
-        &refs,
-        4096,
-        &[PolicyRole::Act, PolicyRole::Rehearse],
-        session.policy.device(),
-    )
-    .unwrap();
+    let batch = pad_batch(&refs, 4096, &PolicyRole::BOTH, session.policy.device()).unwrap();
     assert!(batch.n_trained > 0);
     let (loss, _) = micro_batch_loss(
         &session.policy,

@@ -82,13 +82,7 @@ fn the_kl_of_a_model_against_itself_is_zero() {
     let policy = tiny_policy(1);
     let items = items();
     let refs: Vec<&TrainItem> = items.iter().collect();
-    let batch = pad_batch(
-        &refs,
-        64,
-        &[PolicyRole::Act, PolicyRole::Rehearse],
-        &Device::Cpu,
-    )
-    .unwrap();
+    let batch = pad_batch(&refs, 64, &PolicyRole::BOTH, &Device::Cpu).unwrap();
     for kl_type in [config::KlType::K1, config::KlType::K2, config::KlType::K3] {
         let mut rl = rl_config();
         rl.kl_type = kl_type;
@@ -114,7 +108,7 @@ fn the_policy_gradient_loss_reads_only_trained_tokens() {
     let mut rl = rl_config();
     rl.kl_coef = 0.0;
     for roles in [
-        vec![PolicyRole::Act, PolicyRole::Rehearse],
+        PolicyRole::BOTH.to_vec(),
         vec![PolicyRole::Rehearse],
         vec![PolicyRole::Act],
     ] {
@@ -142,13 +136,7 @@ fn the_policy_gradient_loss_reads_only_trained_tokens() {
 
 fn sft_loss(policy: &Policy, items: &[TrainItem]) -> f64 {
     let refs: Vec<&TrainItem> = items.iter().collect();
-    let batch = pad_batch(
-        &refs,
-        64,
-        &[PolicyRole::Act, PolicyRole::Rehearse],
-        &Device::Cpu,
-    )
-    .unwrap();
+    let batch = pad_batch(&refs, 64, &PolicyRole::BOTH, &Device::Cpu).unwrap();
     let (logp, _) = token_logprobs(policy, &batch).unwrap();
     let total = (logp * &batch.weight).unwrap().sum_all().unwrap();
     -f64::from(total.to_scalar::<f32>().unwrap()) / batch.n_trained as f64
@@ -160,13 +148,7 @@ fn sft_steps_lower_the_loss_and_the_optimizer_state_round_trips() {
     let run_steps = |policy: &Policy, optimizer: &mut AdamW, n: usize| {
         for _ in 0..n {
             let refs: Vec<&TrainItem> = items.iter().collect();
-            let batch = pad_batch(
-                &refs,
-                64,
-                &[PolicyRole::Act, PolicyRole::Rehearse],
-                &Device::Cpu,
-            )
-            .unwrap();
+            let batch = pad_batch(&refs, 64, &PolicyRole::BOTH, &Device::Cpu).unwrap();
             let (logp, _) = token_logprobs(policy, &batch).unwrap();
             let loss = ((logp * &batch.weight)
                 .unwrap()

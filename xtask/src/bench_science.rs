@@ -101,8 +101,8 @@ pub const DEFAULT_CONFIG: &str = "assets/configs/quickstart.toml";
 
 /// The experiment config `path` with the benchmark's evaluation and `seed`.
 fn base_config(path: &Path, seed: u64) -> Result<DocumentMut> {
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut doc: DocumentMut = text
         .parse()
         .with_context(|| format!("{} is not TOML", path.display()))?;

@@ -21,9 +21,9 @@ const END_OF_TURN_TOKENS: [&str; 4] = ["<|im_end|>", "<|eot_id|>", "<|end|>", "<
 /// The weights a server decodes with.
 pub(super) enum Weights {
     /// A policy on `f32`/`bf16` tensors, decoded in batches.
-    Dense(Policy),
+    Dense(Box<Policy>),
     /// A GGUF Llama kept in its quantisation, decoded one row at a time.
-    Quantized(Box<QuantizedLlama>),
+    Quantized(QuantizedLlama),
 }
 
 impl Weights {
@@ -50,7 +50,7 @@ impl Weights {
         }
     }
 
-    pub(super) fn describe(&self) -> String {
+    fn describe(&self) -> String {
         match self {
             Weights::Dense(policy) => format!(
                 "{:?} policy, {} parameters in {:?}",
@@ -97,12 +97,7 @@ impl LoadedModel {
         Self::load(path, &Device::Cpu, DType::F32, false)
     }
 
-    pub(super) fn load(
-        path: &Path,
-        device: &Device,
-        dtype: DType,
-        keep_quantized: bool,
-    ) -> Result<Self> {
+    fn load(path: &Path, device: &Device, dtype: DType, keep_quantized: bool) -> Result<Self> {
         let what = path.display().to_string();
         if !path.exists() {
             return Err(Error::Serve {
@@ -123,9 +118,9 @@ impl LoadedModel {
         let gguf = Gguf::open(path)?;
         let config = gguf.transformer_config()?;
         let weights = if keep_quantized {
-            Weights::Quantized(Box::new(gguf.load_quantized(device)?))
+            Weights::Quantized(gguf.load_quantized(device)?)
         } else {
-            Weights::Dense(gguf.load_policy(device, dtype)?)
+            Weights::Dense(Box::new(gguf.load_policy(device, dtype)?))
         };
         let tokenizer = gguf.tokenizer()?;
         let (template, template_knows_tools) = match gguf.chat_template() {
@@ -145,13 +140,12 @@ impl LoadedModel {
             &config,
             weights,
             tokenizer,
-            template,
-            template_knows_tools,
+            (template, template_knows_tools),
             eos.as_deref(),
         ))
     }
 
-    pub(super) fn from_hf_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+    fn from_hf_dir(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
         for required in [crate::model::CONFIG_FILE, tokenize::TOKENIZER_FILE] {
             if !dir.join(required).is_file() {
                 return Err(Error::Serve {
@@ -211,10 +205,9 @@ impl LoadedModel {
             name,
             dir,
             &config,
-            Weights::Dense(policy),
+            Weights::Dense(Box::new(policy)),
             tokenizer,
-            template,
-            template_knows_tools,
+            (template, template_knows_tools),
             eos.as_deref(),
         ))
     }
@@ -244,14 +237,13 @@ impl LoadedModel {
         Ok(model.with_name(format!("{}/step-{}", record.name, latest.step)))
     }
 
-    pub(super) fn assemble(
+    fn assemble(
         name: String,
         source: &Path,
         config: &TransformerConfig,
         weights: Weights,
         tokenizer: Tokenizer,
-        template: ChatTemplate,
-        template_knows_tools: bool,
+        (template, template_knows_tools): (ChatTemplate, bool),
         eos_text: Option<&str>,
     ) -> Self {
         let mut stop_tokens = config.eos_token_ids.clone();
@@ -348,11 +340,11 @@ impl std::fmt::Debug for LoadedModel {
 }
 
 /// Whether a chat template's source refers to tools.
-pub(super) fn knows_tools(template_source: &str) -> bool {
+fn knows_tools(template_source: &str) -> bool {
     template_source.contains("tools")
 }
 
-pub(super) fn is_gguf(path: &Path) -> Result<bool> {
+fn is_gguf(path: &Path) -> Result<bool> {
     use std::io::Read;
     let mut magic = [0u8; 4];
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;

@@ -195,7 +195,7 @@ pub(super) fn parse_chat_call(body: &Value) -> std::result::Result<ChatCall, Api
     })
 }
 
-pub(super) fn optional_number(
+fn optional_number(
     body: &Map<String, Value>,
     field: &str,
     min: f64,
@@ -213,7 +213,7 @@ pub(super) fn optional_number(
     }
 }
 
-pub(super) fn optional_count(
+fn optional_count(
     body: &Map<String, Value>,
     field: &str,
 ) -> std::result::Result<Option<usize>, ApiError> {
@@ -229,7 +229,7 @@ pub(super) fn optional_count(
     }
 }
 
-pub(super) fn parse_tools(tools: Option<&Value>) -> std::result::Result<Vec<Value>, ApiError> {
+fn parse_tools(tools: Option<&Value>) -> std::result::Result<Vec<Value>, ApiError> {
     let items = match tools {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
@@ -273,10 +273,7 @@ pub(super) fn parse_tools(tools: Option<&Value>) -> std::result::Result<Vec<Valu
 }
 
 /// The text of a message's `content`: a string, null, or a list of text parts.
-pub(super) fn content_text(
-    content: Option<&Value>,
-    field: &str,
-) -> std::result::Result<String, ApiError> {
+fn content_text(content: Option<&Value>, field: &str) -> std::result::Result<String, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(text)) => Ok(text.clone()),

@@ -355,7 +355,7 @@ fn run_session(
             &config,
             &session.sources,
             config.env.task_split,
-            (config.rl.batch_size as usize * 16).max(64),
+            config.rl.pool_size(),
             config.run.seed.wrapping_add(1),
         )?;
         let test_tasks = held_out_tasks(&config, &session.sources)?;

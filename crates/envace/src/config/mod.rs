@@ -735,6 +735,20 @@ pub struct RlConfig {
     #[serde(default)]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub memory_share: f64,
+    /// Tasks in the RL pool that steps draw their prompts from; absent, 16 × `batch_size`
+    /// (at least 64). A pool the steps revisit often can be memorised: success on it rises
+    /// while held-out success does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub n_tasks: Option<u32>,
+}
+
+impl RlConfig {
+    /// The RL pool's size: `n_tasks`, else 16 × `batch_size` (at least 64).
+    pub fn pool_size(&self) -> usize {
+        self.n_tasks
+            .map_or((self.batch_size as usize * 16).max(64), |n| n as usize)
+    }
 }
 
 impl Default for RlConfig {
@@ -765,6 +779,7 @@ impl Default for RlConfig {
             carry_optimizer: false,
             dynamic_sampling: false,
             memory_share: 0.0,
+            n_tasks: None,
         }
     }
 }

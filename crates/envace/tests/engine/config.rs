@@ -250,3 +250,20 @@ fn schema_carries_help_text_and_ranges_for_the_form_editor() {
     assert_eq!(env["maximum"], 1.0);
     assert_eq!(schema["additionalProperties"], false);
 }
+
+/// The RL pool is 16 prompts per step's worth (at least 64) unless `[rl].n_tasks` sizes it.
+#[test]
+fn the_rl_pool_size_follows_n_tasks() {
+    let mut config = config::parse("[run]\nname = \"x\"\n[rl]\nbatch_size = 8\n", "pool").unwrap();
+    assert_eq!(config.rl.pool_size(), 128);
+    config.rl.batch_size = 2;
+    assert_eq!(config.rl.pool_size(), 64);
+    let config = config::parse(
+        "[run]\nname = \"x\"\n[rl]\nbatch_size = 8\nn_tasks = 4000\n",
+        "pool",
+    )
+    .unwrap();
+    assert_eq!(config.rl.pool_size(), 4000);
+    let err = config::parse("[run]\nname = \"x\"\n[rl]\nn_tasks = 0\n", "pool").unwrap_err();
+    assert_eq!(err.issues[0].path, "rl.n_tasks", "{err}");
+}

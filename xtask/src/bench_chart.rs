@@ -9,7 +9,7 @@
 //! The studio is the debug build the end-to-end tests use: the Rust side only hosts the webview,
 //! and the drawing runs in the system's WebKitGTK either way. The page code is
 //! `ui/src/bench/chartBench.ts`, built on its own (never part of the studio's bundle) and
-//! injected by the `chart_bench` example of `src-tauri`, which starts Xvfb and WebKitWebDriver
+//! injected by the `chart_bench` example of the `tests` crate (`envace-e2e`), which starts Xvfb and WebKitWebDriver
 //! with the end-to-end tests' launcher.
 
 use std::path::Path;
@@ -48,6 +48,12 @@ pub fn chart(root: &Path) -> Result<()> {
         "envace-studio",
         "--bin",
         "envace-studio",
+    ])?;
+    crate::cargo(&[
+        "build",
+        "--locked",
+        "--package",
+        "envace-e2e",
         "--example",
         "chart_bench",
     ])?;

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::Studio;
 
 /// The engine's tiny training job (3 SFT and 2 GRPO steps on the functions domain).
-const TINY_JOB: &str = include_str!("../../../crates/envace/tests/fixtures/train/tiny_job.toml");
+const TINY_JOB: &str = include_str!("../../crates/envace/tests/fixtures/train/tiny_job.toml");
 
 /// The tiny job's text with `edits` (TOML path, value) made through the engine's editor, with
 /// two trials per held-out task (pass@1, pass@2) and a rehearsal-budget curve for N = 1, 2

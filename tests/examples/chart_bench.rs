@@ -5,18 +5,12 @@
 //! sides over `--tries` rounds. Prints one JSON object as its last stdout line: each side's
 //! fastest try (by median redraw), with the web process's memory read from `/proc`.
 
-#[allow(dead_code)] // The end-to-end tests use the rest of the client.
-#[path = "../tests/e2e/webdriver.rs"]
-mod webdriver;
-
-#[path = "../tests/e2e/launch.rs"]
-mod launch;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use envace_e2e::{launch, webdriver};
 use serde_json::{Value, json};
 
 /// Measures a chart of `--points` points per series: our path against plain uPlot.

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use envace::store::{RunStatus, Store};
 
+use super::Studio;
 use super::training::TINY;
-use super::{Studio, x11};
+use envace_e2e::x11;
 
 const TITLE: &str = "EnvACE Studio";
 

@@ -5,19 +5,16 @@
 mod analysis;
 mod close;
 mod endpoints;
-mod launch;
 mod pickers;
 mod training;
-mod webdriver;
-mod x11;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use launch::{Guard, need};
+use envace_e2e::launch::{self, Guard, need};
+use envace_e2e::webdriver::{Session, TAB};
 use serde_json::json;
-use webdriver::{Session, TAB};
 
 fn screenshots_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots");
@@ -59,13 +56,7 @@ impl Studio {
         let (display, name) = launch::start_display();
         let runtime_dir = tempfile::tempdir().unwrap();
         let (driver, base) = launch::start_driver(&name, runtime_dir.path(), env);
-        let session = launch::open_studio(
-            &base,
-            Path::new(env!("CARGO_BIN_EXE_envace-studio")),
-            config,
-            store,
-        )
-        .unwrap();
+        let session = launch::open_studio(&base, &launch::studio_binary(), config, store).unwrap();
         if let Err(err) = session.wait_for(
             "the editor to load",
             "return document.body.dataset.ready === 'true'",

@@ -17,7 +17,7 @@ use envace::tokenize;
 use serde_json::json;
 
 use super::Studio;
-use super::launch::{self, Guard};
+use envace_e2e::launch::{self, Guard};
 
 /// A tiny Llama with a trained tokenizer, saved as a Hugging Face folder.
 fn tiny_model(dir: &Path) {
@@ -340,7 +340,7 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
     );
     let s = studio.s();
     let secret = "sk-e2e-keyring-51c9";
-    let result = |s: &super::webdriver::Session| {
+    let result = |s: &envace_e2e::webdriver::Session| {
         s.wait_for(
             "the keyring's answer",
             "const r = document.getElementById('api-key-result-judge.endpoint'); \

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// One WebDriver session.
+#[derive(Debug)]
 pub struct Session {
     agent: ureq::Agent,
     base: String,

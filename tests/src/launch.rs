@@ -1,6 +1,6 @@
 //! Starting the studio in a real WebKitGTK webview under WebDriver: Xvfb on a free display,
 //! WebKitWebDriver with `TAURI_WEBVIEW_AUTOMATION=true`, and a session whose browser is the studio
-//! binary. Shared by the end-to-end tests and the `chart_bench` example (`cargo xtask bench chart`).
+//! binary. Shared by the end-to-end tests and the chart benchmark (`cargo xtask bench chart`).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::webdriver::{self, Session};
 
 /// A process killed when dropped, so a failure leaves nothing running.
+#[derive(Debug)]
 pub struct Guard(pub Child);
 
 impl Drop for Guard {
@@ -33,6 +34,29 @@ pub fn need(program: &str, package: &str) -> PathBuf {
             "{program} is not installed (Debian package {package}); `cargo xtask setup` installs it"
         )
     })
+}
+
+/// The studio binary the tests drive: `ENVACE_STUDIO_BIN` when set, else `envace-studio` in the
+/// profile folder of the running executable (`target/debug/` for a test in `target/debug/deps/`
+/// or an example in `target/debug/examples/`), where `cargo test --workspace` builds it for the
+/// studio's own tests. Panics saying how to build it when it is missing.
+pub fn studio_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("ENVACE_STUDIO_BIN").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("cannot find the running executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the running executable lies in a cargo profile folder");
+    let studio = profile_dir.join(format!("envace-studio{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        studio.is_file(),
+        "the studio binary {} is missing: build it first (`cargo build -p envace-studio`; \
+         `cargo test --workspace` builds it), or name one in ENVACE_STUDIO_BIN",
+        studio.display()
+    );
+    studio
 }
 
 /// Starts Xvfb on a free display and returns it with the display name.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Studio, x11};
+use super::Studio;
+use envace_e2e::x11;
 
 #[test]
 fn browse_buttons_open_native_dialogs() {

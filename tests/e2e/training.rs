@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::webdriver::Session;
 use super::{Studio, TAB};
+use envace_e2e::webdriver::Session;
 
 /// A job small enough for a debug build: functions domain (no data files), 30 short SFT steps
 /// (enough for the model to open its answers with tool calls), then GRPO steps with rehearsed

@@ -1,5 +1,7 @@
 //! A blocking client of OpenAI-compatible chat-completions endpoints (vLLM, SGLang, Ollama,
-//! llama.cpp's server, `envace serve-model`), for the LLM judge and the external simulator.
+//! llama.cpp's server, `envace serve-model`), for the LLM judge and the external simulator, and
+//! the chat wire types ([`ChatMsg`], [`ToolCallOut`]) that our server (`serve`) reads requests
+//! into and writes replies from.
 //!
 //! The client is made for plain worker threads, not async code: [`ChatClient::complete`]
 //! blocks until a reply or a failure. Every failure comes back as data ([`EndpointFailure`]),
@@ -46,6 +48,8 @@ pub struct ChatMsg {
     pub tool_calls: Vec<ToolCallOut>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// The tool's name on a `tool` message, when the sender gives it.
+    pub name: Option<String>,
 }
 
 impl ChatMsg {
@@ -87,6 +91,7 @@ impl ChatMsg {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            name: None,
         }
     }
 
@@ -106,6 +111,42 @@ impl ChatMsg {
         }
         if let Some(id) = &self.tool_call_id {
             msg.insert("tool_call_id".to_owned(), Value::from(id.clone()));
+        }
+        if let Some(name) = &self.name {
+            msg.insert("name".to_owned(), Value::from(name.clone()));
+        }
+        Value::Object(msg)
+    }
+
+    /// The message in the form Hugging Face chat templates read: `content` always a string,
+    /// each tool call's `arguments` an object (an id only when the call has one).
+    pub fn to_template_json(&self) -> Value {
+        let mut msg = Map::new();
+        msg.insert("role".to_owned(), Value::from(self.role.as_str()));
+        msg.insert("content".to_owned(), Value::from(self.content.clone()));
+        if !self.tool_calls.is_empty() {
+            let calls = self
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    let mut out = Map::new();
+                    if !call.id.is_empty() {
+                        out.insert("id".to_owned(), Value::from(call.id.clone()));
+                    }
+                    out.insert("type".to_owned(), Value::from("function"));
+                    out.insert(
+                        "function".to_owned(),
+                        json!({"name": call.name, "arguments": call.arguments_object()}),
+                    );
+                    Value::Object(out)
+                })
+                .collect();
+            msg.insert("tool_calls".to_owned(), Value::Array(calls));
+        }
+        for (key, value) in [("tool_call_id", &self.tool_call_id), ("name", &self.name)] {
+            if let Some(value) = value {
+                msg.insert(key.to_owned(), Value::from(value.clone()));
+            }
         }
         Value::Object(msg)
     }
@@ -130,6 +171,14 @@ impl ToolCallOut {
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         })
+    }
+
+    /// The arguments as a JSON object (empty when the text is not one).
+    pub fn arguments_object(&self) -> Map<String, Value> {
+        match serde_json::from_str(&self.arguments) {
+            Ok(Value::Object(args)) => args,
+            _ => Map::new(),
+        }
     }
 }
 

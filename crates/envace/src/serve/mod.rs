@@ -708,4 +708,34 @@ mod tests {
             ]"#]]
         .assert_eq(&serde_json::to_string_pretty(&folded).expect("JSON prints"));
     }
+
+    #[test]
+    fn requests_read_into_the_clients_wire_type_and_back() {
+        // Arguments sent as a JSON text or as an object read alike; the template form has
+        // them as an object, and a tool message keeps its call id and name.
+        let as_text = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}
+        ]});
+        let mut as_object = as_text.clone();
+        as_object["tool_calls"][0]["function"]["arguments"] = json!({"x": 1});
+        let tool = json!({"role": "tool", "tool_call_id": "c1", "name": "f", "content": "2"});
+        let read = parse_messages(Some(&json!([as_text, as_object, tool]))).expect("valid");
+        assert_eq!(
+            read[0].tool_calls[0].arguments_object(),
+            read[1].tool_calls[0].arguments_object()
+        );
+        assert_eq!(
+            read[0].to_template_json(),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}
+            ]})
+        );
+        assert_eq!(read[1].to_template_json(), read[0].to_template_json());
+        assert_eq!(
+            read[2].to_template_json(),
+            json!({"role": "tool", "content": "2", "tool_call_id": "c1", "name": "f"})
+        );
+        // The client writes the same message back in OpenAI's request form.
+        assert_eq!(read[2].to_json(), tool);
+    }
 }

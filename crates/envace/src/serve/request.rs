@@ -8,8 +8,9 @@ use hyper::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
 use super::json_response;
-use crate::chat::{ChatTemplate, ToolCall};
+use crate::chat::{ChatTemplate, Role, ToolCall};
 use crate::env::pyjson;
+use crate::openai::{ChatMsg, ToolCallOut};
 
 /// An OpenAI-style error reply.
 #[derive(Debug)]
@@ -55,8 +56,8 @@ impl ApiError {
 /// A validated chat-completions request.
 #[derive(Debug)]
 pub(super) struct ChatCall {
-    /// Messages in the form Hugging Face templates read.
-    pub(super) messages: Vec<Value>,
+    /// The conversation.
+    pub(super) messages: Vec<ChatMsg>,
     /// OpenAI tool objects.
     pub(super) tools: Vec<Value>,
     pub(super) temperature: f64,
@@ -74,7 +75,12 @@ pub(super) fn render_prompt(
     call: &ChatCall,
 ) -> std::result::Result<String, ApiError> {
     let (messages, tools) = if template_knows_tools {
-        (call.messages.clone(), call.tools.clone())
+        let messages = call
+            .messages
+            .iter()
+            .map(ChatMsg::to_template_json)
+            .collect();
+        (messages, call.tools.clone())
     } else {
         (fold_tools(&call.messages, &call.tools), Vec::new())
     };
@@ -86,7 +92,7 @@ pub(super) fn render_prompt(
     })
 }
 
-/// Checks a request body and converts its messages to the Hugging Face form.
+/// Checks a request body field by field.
 pub(super) fn parse_chat_call(body: &Value) -> std::result::Result<ChatCall, ApiError> {
     let Value::Object(body) = body else {
         return Err(ApiError::body("the request body must be a JSON object"));
@@ -305,9 +311,11 @@ fn content_text(content: Option<&Value>, field: &str) -> std::result::Result<Str
     }
 }
 
+/// The request's `messages` as wire messages, checked field by field (`developer` reads as
+/// `system`; a tool call's `arguments` may be a JSON text holding an object, or an object).
 pub(super) fn parse_messages(
     messages: Option<&Value>,
-) -> std::result::Result<Vec<Value>, ApiError> {
+) -> std::result::Result<Vec<ChatMsg>, ApiError> {
     let items = match messages {
         Some(Value::Array(items)) if !items.is_empty() => items,
         Some(Value::Array(_)) => {
@@ -333,26 +341,25 @@ pub(super) fn parse_messages(
             return Err(ApiError::invalid(field(""), "must be an object"));
         }
         let role = match message.get("role").and_then(Value::as_str) {
-            Some("developer") => "system",
-            Some(role @ ("system" | "user" | "assistant" | "tool")) => role,
-            Some(other) => {
-                return Err(ApiError::invalid(
+            Some("developer") => Role::System,
+            Some(name) => Role::parse(name).ok_or_else(|| {
+                ApiError::invalid(
                     field(".role"),
                     format!(
-                        "{other:?} is not a role; use system, developer, user, assistant or tool"
+                        "{name:?} is not a role; use system, developer, user, assistant or tool"
                     ),
-                ));
-            }
+                )
+            })?,
             None => return Err(ApiError::invalid(field(".role"), "is required")),
         };
-        let content = content_text(message.get("content"), &field(".content"))?;
-        let mut hf = Map::new();
-        hf.insert("role".to_owned(), Value::from(role));
-        hf.insert("content".to_owned(), Value::from(content));
-        if role == "assistant" {
+        let mut msg = ChatMsg::plain(
+            role,
+            content_text(message.get("content"), &field(".content"))?,
+        );
+        if role == Role::Assistant {
             let calls = match message.get("tool_calls") {
-                None | Some(Value::Null) => Vec::new(),
-                Some(Value::Array(calls)) => calls.clone(),
+                None | Some(Value::Null) => &[][..],
+                Some(Value::Array(calls)) => &calls[..],
                 Some(other) => {
                     return Err(ApiError::invalid(
                         field(".tool_calls"),
@@ -360,90 +367,76 @@ pub(super) fn parse_messages(
                     ));
                 }
             };
-            let mut hf_calls = Vec::with_capacity(calls.len());
             for (j, call) in calls.iter().enumerate() {
-                let call_field = |name: &str| format!("messages[{idx}].tool_calls[{j}]{name}");
-                let name = call
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.trim().is_empty())
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            call_field(".function.name"),
-                            "must be a non-empty string",
-                        )
-                    })?;
-                let arguments = match call.get("function").and_then(|f| f.get("arguments")) {
-                    Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
-                        Ok(Value::Object(args)) => args,
-                        _ => {
-                            return Err(ApiError::invalid(
-                                call_field(".function.arguments"),
-                                format!("must be a string holding a JSON object, not {text:?}"),
-                            ));
-                        }
-                    },
-                    Some(Value::Object(args)) => args.clone(),
-                    None | Some(Value::Null) => Map::new(),
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            call_field(".function.arguments"),
-                            format!("must be a JSON string, not {other}"),
-                        ));
-                    }
-                };
-                let mut hf_call = Map::new();
-                if let Some(id) = call.get("id").and_then(Value::as_str) {
-                    hf_call.insert("id".to_owned(), Value::from(id));
-                }
-                hf_call.insert("type".to_owned(), Value::from("function"));
-                hf_call.insert(
-                    "function".to_owned(),
-                    json!({"name": name, "arguments": Value::Object(arguments)}),
-                );
-                hf_calls.push(Value::Object(hf_call));
-            }
-            if !hf_calls.is_empty() {
-                hf.insert("tool_calls".to_owned(), Value::Array(hf_calls));
+                msg.tool_calls.push(parse_tool_call(
+                    call,
+                    &format!("messages[{idx}].tool_calls[{j}]"),
+                )?);
             }
         }
-        if role == "tool" {
-            for key in ["tool_call_id", "name"] {
-                match message.get(key) {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(text)) => {
-                        hf.insert(key.to_owned(), Value::from(text.clone()));
-                    }
-                    Some(other) => {
-                        return Err(ApiError::invalid(
-                            field(&format!(".{key}")),
-                            format!("must be a string, not {other}"),
-                        ));
-                    }
-                }
-            }
+        if role == Role::Tool {
+            let text = |key: &str| match message.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(text)) => Ok(Some(text.clone())),
+                Some(other) => Err(ApiError::invalid(
+                    field(&format!(".{key}")),
+                    format!("must be a string, not {other}"),
+                )),
+            };
+            msg.tool_call_id = text("tool_call_id")?;
+            msg.name = text("name")?;
         }
-        out.push(Value::Object(hf));
+        out.push(msg);
     }
     Ok(out)
 }
 
+/// One tool call of an assistant message, at `field` (`messages[i].tool_calls[j]`).
+fn parse_tool_call(call: &Value, field: &str) -> std::result::Result<ToolCallOut, ApiError> {
+    let function = call.get("function");
+    let name = function
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                format!("{field}.function.name"),
+                "must be a non-empty string",
+            )
+        })?;
+    let arguments = match function.and_then(|f| f.get("arguments")) {
+        Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(_)) => text.clone(),
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("{field}.function.arguments"),
+                    format!("must be a string holding a JSON object, not {text:?}"),
+                ));
+            }
+        },
+        Some(args @ Value::Object(_)) => args.to_string(),
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!("{field}.function.arguments"),
+                format!("must be a JSON string, not {other}"),
+            ));
+        }
+    };
+    Ok(ToolCallOut {
+        id: call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        name: name.to_owned(),
+        arguments,
+    })
+}
+
 /// The messages with tools, tool calls and tool responses written into plain turns, for a
-/// template that does not render them (see the module doc).
-pub(super) fn fold_tools(messages: &[Value], tools: &[Value]) -> Vec<Value> {
-    let text = |m: &Value| {
-        m.get("content")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let role = |m: &Value| {
-        m.get("role")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+/// template that does not render them (see the module doc), in the template's form.
+pub(super) fn fold_tools(messages: &[ChatMsg], tools: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len() + 1);
     let mut rest = messages;
     if !tools.is_empty() {
@@ -456,36 +449,24 @@ pub(super) fn fold_tools(messages: &[Value], tools: &[Value]) -> Vec<Value> {
         }
         section.push_str("\n</tools>");
         let system = match messages.first() {
-            Some(first) if role(first) == "system" => {
+            Some(first) if first.role == Role::System => {
                 rest = &messages[1..];
-                format!("{}\n\n{section}", text(first))
+                format!("{}\n\n{section}", first.content)
             }
             _ => section,
         };
         out.push(json!({"role": "system", "content": system}));
     }
+    // Consecutive tool responses share one user turn.
+    let mut in_responses = false;
     for message in rest {
-        match role(message).as_str() {
-            "assistant" => {
-                let mut content = text(message);
-                let calls = message
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                for call in calls {
-                    let function = call.get("function").cloned().unwrap_or(Value::Null);
+        match message.role {
+            Role::Assistant => {
+                let mut content = message.content.clone();
+                for call in &message.tool_calls {
                     let block = ToolCall {
-                        name: function
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        arguments: function
-                            .get("arguments")
-                            .and_then(Value::as_object)
-                            .cloned()
-                            .unwrap_or_default(),
+                        name: call.name.clone(),
+                        arguments: call.arguments_object(),
                     }
                     .to_block();
                     if !content.is_empty() {
@@ -495,26 +476,21 @@ pub(super) fn fold_tools(messages: &[Value], tools: &[Value]) -> Vec<Value> {
                 }
                 out.push(json!({"role": "assistant", "content": content}));
             }
-            "tool" => {
-                let block = format!("<tool_response>\n{}\n</tool_response>", text(message));
-                // Consecutive tool responses share one user turn.
-                if let Some(last) = out.last_mut()
-                    && last.get("tool_responses").is_some()
-                    && let Some(Value::String(content)) = last.get_mut("content")
+            Role::Tool => {
+                let block = format!("<tool_response>\n{}\n</tool_response>", message.content);
+                if in_responses
+                    && let Some(Value::String(content)) =
+                        out.last_mut().and_then(|last| last.get_mut("content"))
                 {
                     content.push('\n');
                     content.push_str(&block);
-                    continue;
+                } else {
+                    out.push(json!({"role": "user", "content": block}));
                 }
-                out.push(json!({"role": "user", "content": block, "tool_responses": true}));
             }
-            _ => out.push(message.clone()),
+            _ => out.push(message.to_template_json()),
         }
-    }
-    for message in &mut out {
-        if let Some(map) = message.as_object_mut() {
-            map.remove("tool_responses");
-        }
+        in_responses = message.role == Role::Tool;
     }
     out
 }

@@ -607,6 +607,29 @@ pub enum AdvantageBaseline {
     Pooled,
 }
 
+/// What GRPO's advantages are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RlReward {
+    /// The episode's score: the share of checklist standards met (partial credit).
+    #[default]
+    Score,
+    /// 1 when the episode succeeded (score 1), else 0: near misses earn nothing, so a group
+    /// whose rollouts all fail carries no advantage (and dynamic sampling drops it).
+    Success,
+}
+
+impl RlReward {
+    /// The training reward of an episode scored `score`.
+    pub fn of(self, score: f64) -> f64 {
+        match self {
+            RlReward::Score => score,
+            // The held-out evaluation's success threshold (`eval::heldout::is_success`).
+            RlReward::Success => f64::from(u8::from(score >= 1.0 - 1e-9)),
+        }
+    }
+}
+
 /// KL estimator against the frozen reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -652,6 +675,10 @@ pub struct RlConfig {
     #[serde(default = "defaults::rl_micro_batch_size")]
     #[schemars(range(min = 1))]
     pub micro_batch_size: u32,
+    /// What advantages are computed from: the episode's score (partial credit) or its
+    /// success alone. Held-out evaluation and the stored rewards are always the score.
+    #[serde(default)]
+    pub reward: RlReward,
     /// Advantage baseline: per (prompt, role), or per prompt.
     #[serde(default)]
     pub advantage_baseline: AdvantageBaseline,
@@ -778,6 +805,7 @@ impl Default for RlConfig {
             frozen_roles: Vec::new(),
             carry_optimizer: false,
             dynamic_sampling: false,
+            reward: RlReward::Score,
             memory_share: 0.0,
             n_tasks: None,
         }

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
-use crate::config::{AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig};
+use crate::config::{AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig, RlReward};
 use crate::error::{Error, Result};
 use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
 use crate::fidelity::{self, Scores};
@@ -113,7 +113,7 @@ pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<StepItem> {
     let mut rows = Vec::new();
     let mut refs = Vec::new();
     for episode in episodes {
-        let Some(reward) = episode.reward.filter(|_| !episode.masked()) else {
+        let Some(reward) = training_reward(episode, rl.reward) else {
             continue;
         };
         for sample in &episode.samples {
@@ -158,7 +158,7 @@ pub fn group_members(episodes: &[EpisodeRecord], group: &str, rl: &RlConfig) -> 
     let mut rows = Vec::new();
     let mut owners = Vec::new();
     for episode in &members {
-        let Some(reward) = episode.reward.filter(|_| !episode.masked()) else {
+        let Some(reward) = training_reward(episode, rl.reward) else {
             continue;
         };
         for sample in &episode.samples {
@@ -349,12 +349,19 @@ pub struct StepRollouts {
     pub n_rounds: usize,
 }
 
-/// Whether a group's unmasked rewards differ (so that some advantage is not zero).
-pub fn has_signal(episodes: &[&EpisodeRecord]) -> bool {
+/// The reward an unmasked, scored episode trains with under `[rl].reward` (`None` otherwise).
+pub fn training_reward(episode: &EpisodeRecord, reward: RlReward) -> Option<f64> {
+    episode
+        .reward
+        .filter(|_| !episode.masked())
+        .map(|score| reward.of(score))
+}
+
+/// Whether a group's training rewards differ (so that some advantage is not zero).
+pub fn has_signal(episodes: &[&EpisodeRecord], reward: RlReward) -> bool {
     let rewards: Vec<f64> = episodes
         .iter()
-        .filter(|e| !e.masked())
-        .filter_map(|e| e.reward)
+        .filter_map(|e| training_reward(e, reward))
         .collect();
     rewards.iter().any(|r| (r - rewards[0]).abs() > 1e-12)
 }
@@ -445,7 +452,7 @@ pub fn step_rollouts(
         let episodes = run(session, specs, round, &mut out)?;
         for (task, (group, members)) in tasks.iter().zip(groups_of(&episodes)) {
             out.n_groups += 1;
-            if has_signal(&members) {
+            if has_signal(&members, rl.reward) {
                 out.n_signal_groups += 1;
                 kept.push(task.clone());
             } else if rl.dynamic_sampling {
@@ -479,7 +486,7 @@ pub fn step_rollouts(
         let episodes = run(session, specs, round, &mut out)?;
         for (_, members) in groups_of(&episodes) {
             out.n_groups += 1;
-            if has_signal(&members) {
+            if has_signal(&members, rl.reward) {
                 out.n_signal_groups += 1;
             }
         }
@@ -863,5 +870,36 @@ mod tests {
     fn equal_rewards_give_zero_advantage() {
         let rows = [("a", PolicyRole::Act, 0.7), ("a", PolicyRole::Act, 0.7)];
         check(&rows, AdvantageBaseline::RoleWise, true, &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_success_reward_gives_near_misses_no_advantage() {
+        let near_misses = [member(0, 0.5, 0), member(1, 0.25, 0), member(2, 0.0, 0)];
+        let members: Vec<&EpisodeRecord> = near_misses.iter().collect();
+        assert!(has_signal(&members, RlReward::Score));
+        assert!(!has_signal(&members, RlReward::Success));
+        let success = RlConfig {
+            reward: RlReward::Success,
+            ..RlConfig::default()
+        };
+        for member in group_members(&near_misses, "a", &success) {
+            assert_eq!(member.act_advantage, Some(0.0));
+        }
+        // One success among near misses: +2/3 for it, -1/3 for each miss, whatever its score.
+        let mixed = [member(0, 1.0, 0), member(1, 0.75, 0), member(2, 0.0, 0)];
+        let advantages: Vec<f64> = group_members(&mixed, "a", &success)
+            .into_iter()
+            .map(|m| m.act_advantage.unwrap())
+            .collect();
+        let expected = [2.0 / 3.0, -1.0 / 3.0, -1.0 / 3.0];
+        assert!(
+            advantages
+                .iter()
+                .zip(expected)
+                .all(|(a, e)| (a - e).abs() < 1e-9),
+            "{advantages:?}"
+        );
+        // The episode keeps its score: the stored reward is not the training reward.
+        assert_eq!(group_members(&mixed, "a", &success)[1].reward, Some(0.75));
     }
 }

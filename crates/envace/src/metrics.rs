@@ -239,6 +239,18 @@ pub const METRICS: &[Metric] = &[
         None,
     ),
     metric("rl/lr", "RL learning rate", "", None),
+    metric(
+        "rl/family/{family}/success",
+        "share of one family's rollouts that succeeded",
+        "",
+        None,
+    ),
+    metric(
+        "rl/family/{family}/trained_groups",
+        "groups of one family in the loss",
+        "",
+        None,
+    ),
     // Drift of the rehearsed world against the real one.
     metric(
         "drift/rehearsed_error_rate",
@@ -373,6 +385,10 @@ mod tests {
         assert_eq!(key_of("rehearse/kl"), Some("{role}/kl"));
         assert_eq!(key_of("rl/reward"), Some("rl/reward"));
         assert_eq!(key_of("rl/kl"), None);
+        assert_eq!(
+            key_of("rl/family/fn_strings/success"),
+            Some("rl/family/{family}/success")
+        );
         assert_eq!(key_of("fidelity/key_f1"), Some("fidelity/{score}"));
         assert_eq!(key_of("fidelity/n_pairs"), Some("fidelity/n_pairs"));
         assert_eq!(

@@ -366,6 +366,45 @@ pub fn has_signal(episodes: &[&EpisodeRecord], reward: RlReward) -> bool {
     rewards.iter().any(|r| (r - rewards[0]).abs() > 1e-12)
 }
 
+/// Per task family of a step: `rl/family/<family>/success`, the share of its rollouts (dropped
+/// groups included) that succeeded, and `rl/family/<family>/trained_groups`, its groups in the
+/// loss (`trained`) — what each family gives the step, so a family that drowns the others'
+/// signal shows. `family_of` maps a task id to its family (none: not counted).
+pub fn family_metrics(
+    episodes: &[EpisodeRecord],
+    trained: &[EpisodeRecord],
+    family_of: &dyn Fn(&str) -> Option<&'static str>,
+) -> BTreeMap<String, f64> {
+    let mut rollouts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for episode in episodes {
+        if let (Some(family), Some(score)) = (family_of(&episode.task_id), episode.reward) {
+            let entry = rollouts.entry(family).or_default();
+            entry.0 += 1;
+            entry.1 += usize::from(RlReward::Success.of(score) > 0.5);
+        }
+    }
+    let mut groups: BTreeMap<&str, usize> = rollouts.keys().map(|f| (*f, 0)).collect();
+    for (_, members) in groups_of(trained) {
+        if let Some(family) = family_of(&members[0].task_id) {
+            *groups.entry(family).or_default() += 1;
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (family, (n, n_success)) in rollouts {
+        out.insert(
+            format!("rl/family/{family}/success"),
+            n_success as f64 / n.max(1) as f64,
+        );
+    }
+    for (family, n_groups) in groups {
+        out.insert(
+            format!("rl/family/{family}/trained_groups"),
+            n_groups as f64,
+        );
+    }
+    out
+}
+
 /// The groups of `episodes` in order of first appearance, each with its episodes.
 fn groups_of(episodes: &[EpisodeRecord]) -> Vec<(String, Vec<&EpisodeRecord>)> {
     let mut out: Vec<(String, Vec<&EpisodeRecord>)> = Vec::new();
@@ -661,6 +700,12 @@ pub fn train(
         );
         metrics.insert("rl/rollout_rounds".to_owned(), rollouts.n_rounds as f64);
         metrics.insert("rl/lr".to_owned(), lr);
+        let family_of = |task_id: &str| {
+            pool.iter()
+                .find(|task| task.id == task_id)
+                .map(|task| task.family)
+        };
+        metrics.extend(family_metrics(&episodes, &trained, &family_of));
         let pairs: Vec<(&str, Scores)> = episodes
             .iter()
             .flat_map(|e| e.fidelity_calls())
@@ -901,5 +946,48 @@ mod tests {
         );
         // The episode keeps its score: the stored reward is not the training reward.
         assert_eq!(group_members(&mixed, "a", &success)[1].reward, Some(0.75));
+    }
+
+    #[test]
+    fn family_metrics_count_successes_and_trained_groups_per_family() {
+        let episode = |idx: usize, task: &str, reward: f64| EpisodeRecord {
+            task_id: task.to_owned(),
+            group: task.to_owned(),
+            ..member(idx, reward, 0)
+        };
+        // Task "s1" (strings) solved once in two, "s2" (strings) never, "a1" (arithmetic)
+        // twice; only "s1" carries a signal and is trained; "x" has no known family.
+        let episodes = [
+            episode(0, "s1", 1.0),
+            episode(1, "s1", 0.5),
+            episode(2, "s2", 0.0),
+            episode(3, "s2", 0.0),
+            episode(4, "a1", 1.0),
+            episode(5, "a1", 1.0),
+            episode(6, "x", 1.0),
+        ];
+        let trained = episodes[..2].to_vec();
+        let family_of = |task: &str| match task {
+            "s1" | "s2" => Some("fn_strings"),
+            "a1" => Some("fn_arithmetic"),
+            _ => None,
+        };
+        let metrics = family_metrics(&episodes, &trained, &family_of);
+        let expected: BTreeMap<String, f64> = [
+            ("rl/family/fn_arithmetic/success", 1.0),
+            ("rl/family/fn_arithmetic/trained_groups", 0.0),
+            ("rl/family/fn_strings/success", 0.25),
+            ("rl/family/fn_strings/trained_groups", 1.0),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        assert_eq!(metrics, expected);
+        for key in metrics.keys() {
+            assert!(
+                crate::metrics::metric_of(key).is_some(),
+                "{key} is not in the catalogue"
+            );
+        }
     }
 }

@@ -37,6 +37,7 @@ use candle_core::Tensor;
 use crate::config::{AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig, RlReward};
 use crate::error::{Error, Result};
 use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
+use crate::eval::heldout::is_success;
 use crate::fidelity::{self, Scores};
 use crate::model::Policy;
 use crate::rollout::{
@@ -380,7 +381,7 @@ pub fn family_metrics(
         if let (Some(family), Some(score)) = (family_of(&episode.task_id), episode.reward) {
             let entry = rollouts.entry(family).or_default();
             entry.0 += 1;
-            entry.1 += usize::from(RlReward::Success.of(score) > 0.5);
+            entry.1 += usize::from(is_success(score));
         }
     }
     let mut groups: BTreeMap<&str, usize> = rollouts.keys().map(|f| (*f, 0)).collect();
@@ -670,7 +671,7 @@ pub fn train(
         );
         metrics.insert(
             "rl/success".to_owned(),
-            scored.iter().filter(|&&r| r >= 1.0 - 1e-9).count() as f64 / scored.len().max(1) as f64,
+            scored.iter().filter(|&&r| is_success(r)).count() as f64 / scored.len().max(1) as f64,
         );
         metrics.insert(
             "rl/masked_fraction".to_owned(),

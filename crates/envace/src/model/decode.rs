@@ -197,7 +197,8 @@ impl Policy {
         let embed = locked.lock(&self.embed, "embedding")?;
         let norm = locked.lock(&self.norm, "final norm")?;
         let lm_head = locked.lock(&self.lm_head, "head")?;
-        // The layers' weights by their Hugging Face names (the query and key norms are Qwen3's).
+        // The layers' weights by their Hugging Face names (the query and key norms only where
+        // the architecture has them).
         let mut layer_idx = Vec::with_capacity(cfg.n_layers);
         for li in 0..cfg.n_layers {
             let var = |part: &str| self.vars.get(&format!("model.layers.{li}.{part}.weight"));
@@ -211,9 +212,10 @@ impl Policy {
                 k: lock("self_attn.k_proj")?,
                 v: lock("self_attn.v_proj")?,
                 o: lock("self_attn.o_proj")?,
-                qk_norm: match var("self_attn.q_norm") {
-                    Some(_) => Some((lock("self_attn.q_norm")?, lock("self_attn.k_norm")?)),
-                    None => None,
+                qk_norm: if super::decoder::has_qk_norm(cfg.architecture) {
+                    Some((lock("self_attn.q_norm")?, lock("self_attn.k_norm")?))
+                } else {
+                    None
                 },
                 post_norm: lock("post_attention_layernorm")?,
                 gate: lock("mlp.gate_proj")?,

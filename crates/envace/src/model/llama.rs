@@ -1,12 +1,11 @@
-//! Llama (and SmolLM2, which is a Llama): grouped-query attention without q/k norm, RoPE with
-//! optional Llama 3 frequency scaling, RMSNorm, SwiGLU, tied or untied embeddings; Hugging Face
-//! weight names and `config.json` fields, so real checkpoints load unchanged.
+//! Llama's `config.json` dialect (SmolLM2 is a Llama): what it reads and writes (grouped-query
+//! attention without q/k norm, RoPE with optional Llama 3 frequency scaling, RMSNorm, SwiGLU,
+//! tied or untied embeddings), so real checkpoints load unchanged; its layer is the shared one
+//! in `decoder.rs`.
 
-use candle_core::{Result, Tensor};
 use serde_json::{Map, Value, json};
 
-use super::layers::{self, LayerKv, Mode, Step};
-use super::{HfConfig, ParamInit, ParamSpec, RopeScaling, TransformerConfig};
+use super::{HfConfig, RopeScaling, TransformerConfig};
 use crate::config::Architecture;
 
 /// Reads a Llama `config.json` (already known to say `"model_type": "llama"`).
@@ -97,141 +96,5 @@ pub(crate) fn config_to_hf(cfg: &TransformerConfig) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),
-    }
-}
-
-/// The trainable tensors of decoder layer `idx`, with their Hugging Face names.
-pub(crate) fn layer_params(cfg: &TransformerConfig, idx: usize) -> Vec<ParamSpec> {
-    let p = format!("model.layers.{idx}");
-    let (h, d) = (cfg.hidden_size, cfg.head_dim);
-    let (q, kv, i) = (cfg.n_heads * d, cfg.n_kv_heads * d, cfg.intermediate_size);
-    vec![
-        ParamSpec::new(format!("{p}.input_layernorm.weight"), &[h], ParamInit::Ones),
-        ParamSpec::new(
-            format!("{p}.self_attn.q_proj.weight"),
-            &[q, h],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.self_attn.k_proj.weight"),
-            &[kv, h],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.self_attn.v_proj.weight"),
-            &[kv, h],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.self_attn.o_proj.weight"),
-            &[h, q],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.post_attention_layernorm.weight"),
-            &[h],
-            ParamInit::Ones,
-        ),
-        ParamSpec::new(
-            format!("{p}.mlp.gate_proj.weight"),
-            &[i, h],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.mlp.up_proj.weight"),
-            &[i, h],
-            ParamInit::Normal,
-        ),
-        ParamSpec::new(
-            format!("{p}.mlp.down_proj.weight"),
-            &[h, i],
-            ParamInit::Normal,
-        ),
-    ]
-}
-
-/// One Llama decoder layer.
-#[derive(Debug, Clone)]
-pub(crate) struct LlamaLayer {
-    input_layernorm: Tensor,
-    q_proj: Tensor,
-    k_proj: Tensor,
-    v_proj: Tensor,
-    o_proj: Tensor,
-    post_attention_layernorm: Tensor,
-    gate_proj: Tensor,
-    up_proj: Tensor,
-    down_proj: Tensor,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    eps: f64,
-}
-
-impl LlamaLayer {
-    /// Builds layer `idx` from named parameters.
-    pub(crate) fn new(
-        cfg: &TransformerConfig,
-        idx: usize,
-        get: &dyn Fn(&str) -> crate::Result<Tensor>,
-    ) -> crate::Result<Self> {
-        let p = format!("model.layers.{idx}");
-        Ok(LlamaLayer {
-            input_layernorm: get(&format!("{p}.input_layernorm.weight"))?,
-            q_proj: get(&format!("{p}.self_attn.q_proj.weight"))?,
-            k_proj: get(&format!("{p}.self_attn.k_proj.weight"))?,
-            v_proj: get(&format!("{p}.self_attn.v_proj.weight"))?,
-            o_proj: get(&format!("{p}.self_attn.o_proj.weight"))?,
-            post_attention_layernorm: get(&format!("{p}.post_attention_layernorm.weight"))?,
-            gate_proj: get(&format!("{p}.mlp.gate_proj.weight"))?,
-            up_proj: get(&format!("{p}.mlp.up_proj.weight"))?,
-            down_proj: get(&format!("{p}.mlp.down_proj.weight"))?,
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            eps: cfg.rms_norm_eps,
-        })
-    }
-
-    /// The same layer on weights cut from the autograd graph, for generation.
-    pub(crate) fn detached(&self) -> Self {
-        LlamaLayer {
-            input_layernorm: self.input_layernorm.detach(),
-            q_proj: self.q_proj.detach(),
-            k_proj: self.k_proj.detach(),
-            v_proj: self.v_proj.detach(),
-            o_proj: self.o_proj.detach(),
-            post_attention_layernorm: self.post_attention_layernorm.detach(),
-            gate_proj: self.gate_proj.detach(),
-            up_proj: self.up_proj.detach(),
-            down_proj: self.down_proj.detach(),
-            ..*self
-        }
-    }
-
-    /// `x: (b, l, hidden)` → `(b, l, hidden)`.
-    pub(crate) fn forward(
-        &self,
-        x: &Tensor,
-        step: &Step,
-        kv: Option<&mut LayerKv>,
-    ) -> Result<Tensor> {
-        let mode: Mode = step.mode;
-        let (b, l, _) = x.dims3()?;
-        let h = layers::rms_norm(x, &self.input_layernorm, self.eps, mode)?;
-        let q = layers::linear(&h, &self.q_proj)?.reshape((b, l, self.n_heads, self.head_dim))?;
-        let k =
-            layers::linear(&h, &self.k_proj)?.reshape((b, l, self.n_kv_heads, self.head_dim))?;
-        let v =
-            layers::linear(&h, &self.v_proj)?.reshape((b, l, self.n_kv_heads, self.head_dim))?;
-        let q = q.transpose(1, 2)?;
-        let k = k.transpose(1, 2)?;
-        let v = v.transpose(1, 2)?;
-        let q = layers::rope(&q, step)?;
-        let k = layers::rope(&k, step)?;
-        let attn = layers::attention(&q, &k, &v, step, kv)?;
-        let x = (x + layers::linear(&attn, &self.o_proj)?)?;
-        let h = layers::rms_norm(&x, &self.post_attention_layernorm, self.eps, mode)?;
-        x + layers::swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?
     }
 }

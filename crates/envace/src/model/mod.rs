@@ -3,9 +3,10 @@
 //!
 //! One [`Policy`] holds every parameter as a candle [`Var`] under its Hugging Face name
 //! (`model.layers.3.self_attn.q_proj.weight`), so a real checkpoint folder loads unchanged and a
-//! saved policy loads in `transformers`. Each architecture lives in its own file (`qwen3.rs`,
-//! `llama.rs`) and owns its weight names and its `config.json` dialect; the ops they share are
-//! in `layers.rs`.
+//! saved policy loads in `transformers`. The decoder layer is described once (`decoder.rs`:
+//! weight names, initialisation, forward), with Qwen3's query/key norms as its one
+//! per-architecture difference; each architecture's `config.json` dialect lives in its own file
+//! (`qwen3.rs`, `llama.rs`); the ops are in `layers.rs`.
 //!
 //! Two forward paths:
 //! - [`Policy::forward_train`]: the whole sequence, built only from ops with a working backward
@@ -18,6 +19,7 @@
 
 mod assets;
 mod decode;
+mod decoder;
 pub(crate) mod fused;
 mod gguf;
 mod layers;
@@ -43,6 +45,7 @@ use serde_json::{Map, Value};
 use crate::config::{self, Architecture, TinyModelConfig};
 use crate::error::{Error, Result};
 use crate::rng::Rng;
+use decoder::DecoderLayer;
 use layers::{LayerKv, Mode, Step};
 
 /// Name of the config file in a Hugging Face model folder.
@@ -441,10 +444,7 @@ fn param_specs(cfg: &TransformerConfig) -> Vec<ParamSpec> {
         ParamInit::Normal,
     )];
     for idx in 0..cfg.n_layers {
-        specs.extend(match cfg.architecture {
-            Architecture::Qwen3 => qwen3::layer_params(cfg, idx),
-            Architecture::Llama => llama::layer_params(cfg, idx),
-        });
+        specs.extend(decoder::layer_params(cfg, idx));
     }
     specs.push(ParamSpec::new(
         "model.norm.weight".to_owned(),
@@ -513,34 +513,6 @@ pub fn left_pad(rows: &[Vec<u32>], pad_id: u32, device: &Device) -> Result<(Tens
     let ids = Tensor::from_vec(ids, shape, device).map_err(|e| Error::candle("left_pad", e))?;
     let mask = Tensor::from_vec(mask, shape, device).map_err(|e| Error::candle("left_pad", e))?;
     Ok((ids, mask))
-}
-
-/// One decoder layer of either architecture.
-#[derive(Debug, Clone)]
-enum Layer {
-    Qwen3(qwen3::Qwen3Layer),
-    Llama(llama::LlamaLayer),
-}
-
-impl Layer {
-    fn forward(
-        &self,
-        x: &Tensor,
-        step: &Step,
-        kv: Option<&mut LayerKv>,
-    ) -> candle_core::Result<Tensor> {
-        match self {
-            Layer::Qwen3(layer) => layer.forward(x, step, kv),
-            Layer::Llama(layer) => layer.forward(x, step, kv),
-        }
-    }
-
-    fn detached(&self) -> Layer {
-        match self {
-            Layer::Qwen3(layer) => Layer::Qwen3(layer.detached()),
-            Layer::Llama(layer) => Layer::Llama(layer.detached()),
-        }
-    }
 }
 
 /// The keys and values a batch has seen, per layer, plus each row's padding mask and next
@@ -718,7 +690,7 @@ pub struct Policy {
     dtype: DType,
     vars: BTreeMap<String, Var>,
     embed: Tensor,
-    layers: Vec<Layer>,
+    layers: Vec<DecoderLayer>,
     norm: Tensor,
     lm_head: Tensor,
     inv_freq: Vec<f64>,
@@ -811,12 +783,7 @@ impl Policy {
         };
         let embed = get("model.embed_tokens.weight")?;
         let layers = (0..cfg.n_layers)
-            .map(|idx| {
-                Ok(match cfg.architecture {
-                    Architecture::Qwen3 => Layer::Qwen3(qwen3::Qwen3Layer::new(&cfg, idx, &get)?),
-                    Architecture::Llama => Layer::Llama(llama::LlamaLayer::new(&cfg, idx, &get)?),
-                })
-            })
+            .map(|idx| DecoderLayer::new(&cfg, idx, &get))
             .collect::<Result<Vec<_>>>()?;
         let norm = get("model.norm.weight")?;
         let lm_head = if cfg.tie_word_embeddings {
@@ -1175,7 +1142,11 @@ impl Policy {
                 self.lm_head.clone(),
             ),
             Mode::Generate => {
-                detached = self.layers.iter().map(Layer::detached).collect::<Vec<_>>();
+                detached = self
+                    .layers
+                    .iter()
+                    .map(DecoderLayer::detached)
+                    .collect::<Vec<_>>();
                 (
                     self.embed.detach(),
                     &detached,

@@ -82,6 +82,73 @@ impl EpisodeJudge for RuleJudge {
     }
 }
 
+/// A leaf value as an answer would state it: strings unquoted, other values as the tool's
+/// JSON shows them (how generated tasks write their facts), null as nothing.
+fn stated(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => crate::env::pyjson::dumps(other, false),
+    }
+}
+
+/// The final answer as it would read had the tools answered as the real environment does:
+/// where a shown (rehearsed or simulated) response and the real one differ at the same place
+/// of the same call's answer, the two values trade places in the answer. `pairs` are
+/// `(shown, real)` responses of the calls a simulator answered. Values are exchanged where
+/// they stand as whole words (ASCII case ignored), longest first, all in one pass. So a
+/// faithful report of a wrong rehearsed result reads as the right one, and a report of the
+/// real value the act role was never shown reads as wrong: judging the result checks whether
+/// the act role used what it was shown (`[rl].credit = "role"`).
+pub fn answer_as_real<'a>(
+    answer: &str,
+    pairs: impl IntoIterator<Item = (&'a Value, &'a Value)>,
+) -> String {
+    let mut swaps: Vec<(String, String)> = Vec::new();
+    for (shown, real) in pairs {
+        let truth = crate::rehearse::leaves(real);
+        for (path, value) in crate::rehearse::leaves(shown) {
+            let Some(real_value) = truth.get(&path) else {
+                continue;
+            };
+            let (shown_text, real_text) = (stated(&value), stated(real_value));
+            if shown_text.is_empty() || real_text.is_empty() || shown_text == real_text {
+                continue;
+            }
+            for (from, to) in [
+                (shown_text.clone(), real_text.clone()),
+                (real_text, shown_text),
+            ] {
+                if !swaps.iter().any(|(f, _)| f.eq_ignore_ascii_case(&from)) {
+                    swaps.push((from, to));
+                }
+            }
+        }
+    }
+    swaps.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    let word_char = |c: char| c.is_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(answer.len());
+    let mut rest = answer;
+    'scan: while let Some(c) = rest.chars().next() {
+        if !out.chars().next_back().is_some_and(word_char) {
+            for (from, to) in &swaps {
+                let whole_word = rest
+                    .get(..from.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(from))
+                    && !rest[from.len()..].chars().next().is_some_and(word_char);
+                if whole_word {
+                    out.push_str(to);
+                    rest = &rest[from.len()..];
+                    continue 'scan;
+                }
+            }
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
 /// The instruction of the LLM judge.
 pub const LLM_JUDGE_PROMPT: &str = "You are a strict judge of a tool-using assistant. You read \
 a conversation between a user, the assistant and its tools, and a numbered list of standards. \
@@ -226,7 +293,35 @@ impl EpisodeJudge for LlmJudge {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn answers_read_as_real_replace_shown_values_as_whole_words() {
+        let shown = json!({"result": "olleh dlrow", "n": 12});
+        let real = json!({"result": "dlrow olleh", "n": 15});
+        let pairs = [(&shown, &real)];
+        assert_eq!(
+            answer_as_real("Reversed: \"Olleh dlrow\", and 12 letters.", pairs),
+            "Reversed: \"dlrow olleh\", and 15 letters."
+        );
+        // Not inside a longer word or number; one pass, so the values trade places.
+        let pairs = [(&shown, &real)];
+        assert_eq!(
+            answer_as_real("x12 or 125 or 12, not 15", pairs),
+            "x12 or 125 or 15, not 12"
+        );
+        // A value only in the shown response, or an error shown for a success, changes nothing.
+        let error = json!({"error": "INVALID_PARAMETERS"});
+        assert_eq!(
+            answer_as_real("It failed: 12", [(&error, &real)]),
+            "It failed: 12"
+        );
+        // Numbers are stated as the tool's JSON shows them.
+        let (shown, real) = (json!({"value": 2.5}), json!({"value": 3.0}));
+        assert_eq!(answer_as_real("2.5 km", [(&shown, &real)]), "3.0 km");
+    }
 
     #[test]
     fn verdicts_parse_strictly() {

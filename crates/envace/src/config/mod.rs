@@ -630,6 +630,22 @@ impl RlReward {
     }
 }
 
+/// Which reward each role's samples of an episode train with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RlCredit {
+    /// Both roles get the episode's score (DESIGN.md §1, as published).
+    #[default]
+    Episode,
+    /// Each role is judged on its own work, a departure from the paper: the act role by the
+    /// episode judged with its final answer read against the tool responses it was shown (a
+    /// faithful report of a wrong rehearsed result counts as right), the rehearse role by each
+    /// response's fidelity to the real environment's answer for the same call (value accuracy;
+    /// exact match under `reward = "success"`). Episodes answered by the real environment
+    /// score the same either way.
+    Role,
+}
+
 /// KL estimator against the frozen reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -679,6 +695,10 @@ pub struct RlConfig {
     /// success alone. Held-out evaluation and the stored rewards are always the score.
     #[serde(default)]
     pub reward: RlReward,
+    /// Which reward each role trains with: the episode's (both roles), or each role's own
+    /// (act judged against what it was shown, rehearse by fidelity).
+    #[serde(default)]
+    pub credit: RlCredit,
     /// Advantage baseline: per (prompt, role), or per prompt.
     #[serde(default)]
     pub advantage_baseline: AdvantageBaseline,
@@ -806,6 +826,7 @@ impl Default for RlConfig {
             carry_optimizer: false,
             dynamic_sampling: false,
             reward: RlReward::Score,
+            credit: RlCredit::Episode,
             memory_share: 0.0,
             n_tasks: None,
         }

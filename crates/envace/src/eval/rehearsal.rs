@@ -268,6 +268,7 @@ mod tests {
             samples: Vec::new(),
             end,
             reward: Some(0.0),
+            shown_reward: None,
             mask_reason: None,
             judge: serde_json::Value::Null,
         }

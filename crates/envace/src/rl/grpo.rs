@@ -34,14 +34,16 @@ use std::time::Instant;
 
 use candle_core::Tensor;
 
-use crate::config::{AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig, RlReward};
+use crate::config::{
+    AdvantageBaseline, FewShotSource, KlType, PolicyRole, RlConfig, RlCredit, RlReward,
+};
 use crate::error::{Error, Result};
 use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
 use crate::eval::heldout::is_success;
 use crate::fidelity::{self, Scores};
 use crate::model::Policy;
 use crate::rollout::{
-    EpisodeRecord, Generator, Label, PolicyGenerator, Simulator, record_episodes, run_batch,
+    EpisodeRecord, Generator, Label, PolicyGenerator, Sample, Simulator, record_episodes, run_batch,
 };
 use crate::store::Batch;
 use crate::tasks::GenTask;
@@ -114,12 +116,11 @@ pub fn items_of(episodes: &[EpisodeRecord], rl: &RlConfig) -> Vec<StepItem> {
     let mut rows = Vec::new();
     let mut refs = Vec::new();
     for episode in episodes {
-        let Some(reward) = training_reward(episode, rl.reward) else {
-            continue;
-        };
         for sample in &episode.samples {
-            rows.push((episode.group.as_str(), sample.role, reward));
-            refs.push(sample);
+            if let Some(reward) = sample_reward(episode, sample, rl) {
+                rows.push((episode.group.as_str(), sample.role, reward));
+                refs.push(sample);
+            }
         }
     }
     let advantages = advantages(&rows, rl.advantage_baseline, rl.divide_by_std);
@@ -159,12 +160,11 @@ pub fn group_members(episodes: &[EpisodeRecord], group: &str, rl: &RlConfig) -> 
     let mut rows = Vec::new();
     let mut owners = Vec::new();
     for episode in &members {
-        let Some(reward) = training_reward(episode, rl.reward) else {
-            continue;
-        };
         for sample in &episode.samples {
-            rows.push((episode.group.as_str(), sample.role, reward));
-            owners.push((episode.episode_idx, sample.role));
+            if let Some(reward) = sample_reward(episode, sample, rl) {
+                rows.push((episode.group.as_str(), sample.role, reward));
+                owners.push((episode.episode_idx, sample.role));
+            }
         }
     }
     let values = advantages(&rows, rl.advantage_baseline, rl.divide_by_std);
@@ -350,21 +350,49 @@ pub struct StepRollouts {
     pub n_rounds: usize,
 }
 
-/// The reward an unmasked, scored episode trains with under `[rl].reward` (`None` otherwise).
-pub fn training_reward(episode: &EpisodeRecord, reward: RlReward) -> Option<f64> {
-    episode
-        .reward
-        .filter(|_| !episode.masked())
-        .map(|score| reward.of(score))
+/// The reward `sample` of `episode` trains with under `[rl].reward` and `[rl].credit`; `None`
+/// leaves it out: a masked or unscored episode, or (role credit) a rehearse sample whose
+/// response has no real counterpart to be scored against.
+pub fn sample_reward(episode: &EpisodeRecord, sample: &Sample, rl: &RlConfig) -> Option<f64> {
+    let score = episode.reward.filter(|_| !episode.masked())?;
+    match (rl.credit, sample.role) {
+        (RlCredit::Episode, _) => Some(rl.reward.of(score)),
+        (RlCredit::Role, PolicyRole::Act) => {
+            Some(rl.reward.of(episode.shown_reward.unwrap_or(score)))
+        }
+        (RlCredit::Role, PolicyRole::Rehearse) => {
+            let (turn_idx, call_idx) = sample.call?;
+            let scores = episode
+                .turns
+                .iter()
+                .find(|turn| turn.turn_idx == turn_idx)?
+                .calls
+                .iter()
+                .find(|call| call.call_idx == call_idx)?
+                .scores?;
+            Some(match rl.reward {
+                RlReward::Score => scores.value_accuracy,
+                RlReward::Success => f64::from(u8::from(scores.exact_match)),
+            })
+        }
+    }
 }
 
-/// Whether a group's training rewards differ (so that some advantage is not zero).
-pub fn has_signal(episodes: &[&EpisodeRecord], reward: RlReward) -> bool {
-    let rewards: Vec<f64> = episodes
+/// Whether some sample of a group gets a non-zero advantage under `rl` (its training rewards
+/// differ within a baseline set).
+pub fn has_signal(episodes: &[&EpisodeRecord], rl: &RlConfig) -> bool {
+    let rows: Vec<(&str, PolicyRole, f64)> = episodes
         .iter()
-        .filter_map(|e| training_reward(e, reward))
+        .flat_map(|episode| {
+            episode.samples.iter().filter_map(move |sample| {
+                sample_reward(episode, sample, rl)
+                    .map(|reward| (episode.group.as_str(), sample.role, reward))
+            })
+        })
         .collect();
-    rewards.iter().any(|r| (r - rewards[0]).abs() > 1e-12)
+    advantages(&rows, rl.advantage_baseline, false)
+        .iter()
+        .any(|a| a.abs() > 1e-12)
 }
 
 /// Per task family of a step: `rl/family/<family>/success`, the share of its rollouts (dropped
@@ -492,7 +520,7 @@ pub fn step_rollouts(
         let episodes = run(session, specs, round, &mut out)?;
         for (task, (group, members)) in tasks.iter().zip(groups_of(&episodes)) {
             out.n_groups += 1;
-            if has_signal(&members, rl.reward) {
+            if has_signal(&members, &rl) {
                 out.n_signal_groups += 1;
                 kept.push(task.clone());
             } else if rl.dynamic_sampling {
@@ -526,7 +554,7 @@ pub fn step_rollouts(
         let episodes = run(session, specs, round, &mut out)?;
         for (_, members) in groups_of(&episodes) {
             out.n_groups += 1;
-            if has_signal(&members, rl.reward) {
+            if has_signal(&members, &rl) {
                 out.n_signal_groups += 1;
             }
         }
@@ -893,6 +921,7 @@ mod tests {
             samples,
             end: crate::rollout::EndReason::FinalAnswer,
             reward: Some(reward),
+            shown_reward: None,
             mask_reason: None,
             judge: serde_json::Value::Null,
         }
@@ -922,12 +951,12 @@ mod tests {
     fn a_success_reward_gives_near_misses_no_advantage() {
         let near_misses = [member(0, 0.5, 0), member(1, 0.25, 0), member(2, 0.0, 0)];
         let members: Vec<&EpisodeRecord> = near_misses.iter().collect();
-        assert!(has_signal(&members, RlReward::Score));
-        assert!(!has_signal(&members, RlReward::Success));
         let success = RlConfig {
             reward: RlReward::Success,
             ..RlConfig::default()
         };
+        assert!(has_signal(&members, &RlConfig::default()));
+        assert!(!has_signal(&members, &success));
         for member in group_members(&near_misses, "a", &success) {
             assert_eq!(member.act_advantage, Some(0.0));
         }
@@ -947,6 +976,75 @@ mod tests {
         );
         // The episode keeps its score: the stored reward is not the training reward.
         assert_eq!(group_members(&mixed, "a", &success)[1].reward, Some(0.75));
+    }
+
+    /// A rehearsed episode scored `reward` by the real judge and `shown` against what it was
+    /// shown, whose one rehearse sample answered a call with value accuracy `fidelity`.
+    fn rehearsed(episode_idx: usize, reward: f64, shown: f64, fidelity: f64) -> EpisodeRecord {
+        let mut episode = member(episode_idx, reward, 1);
+        episode.shown_reward = Some(shown);
+        episode.samples[1].call = Some((0, 0));
+        let real = serde_json::json!({"result": "dlrow"});
+        episode.turns = vec![crate::rollout::TurnRecord {
+            turn_idx: 0,
+            text: String::new(),
+            finished: true,
+            calls: vec![crate::rollout::CallRecord {
+                call_idx: 0,
+                name: Some("reverse_string".to_owned()),
+                arguments: Some(serde_json::json!({"text": "world"})),
+                raw: None,
+                source: crate::rollout::ResponseSource::Rehearse,
+                response: real.clone(),
+                simulator_text: None,
+                real: Some(real),
+                scores: Some(Scores {
+                    valid_json: true,
+                    outcome_agrees: true,
+                    key_f1: 1.0,
+                    value_accuracy: fidelity,
+                    exact_match: fidelity == 1.0,
+                }),
+            }],
+        }];
+        episode
+    }
+
+    #[test]
+    fn role_credit_scores_the_act_role_as_shown_and_the_rehearse_role_by_fidelity() {
+        // Both episodes score 0.5 on the real judge: no signal under the episode's credit.
+        // The first reported its (wrong) rehearsed result faithfully, the second did not; the
+        // first's rehearsed response was wrong (fidelity 0), the second's right.
+        let episodes = [rehearsed(0, 0.5, 1.0, 0.0), rehearsed(1, 0.5, 0.5, 1.0)];
+        let members: Vec<&EpisodeRecord> = episodes.iter().collect();
+        assert!(!has_signal(&members, &RlConfig::default()));
+        let role = RlConfig {
+            credit: RlCredit::Role,
+            ..RlConfig::default()
+        };
+        assert!(has_signal(&members, &role));
+        let got = group_members(&episodes, "a", &role);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-9;
+        assert!(close(got[0].act_advantage, 0.25) && close(got[1].act_advantage, -0.25));
+        assert!(close(got[0].rehearse_advantage, -0.5) && close(got[1].rehearse_advantage, 0.5));
+        // The stored reward stays the real judge's.
+        assert_eq!(got[0].reward, Some(0.5));
+        // Under the success reward the rehearse role needs an exact match.
+        let success = RlConfig {
+            reward: RlReward::Success,
+            ..role.clone()
+        };
+        let got = group_members(&episodes, "a", &success);
+        assert!(close(got[0].act_advantage, 0.5) && close(got[1].act_advantage, -0.5));
+        assert!(close(got[1].rehearse_advantage, 0.5));
+        // A rehearse sample without a scored call is left out, not scored 0.
+        let mut unscored = rehearsed(2, 0.5, 0.5, 0.0);
+        unscored.turns[0].calls[0].scores = None;
+        assert_eq!(sample_reward(&unscored, &unscored.samples[1], &role), None);
+        assert_eq!(
+            sample_reward(&unscored, &unscored.samples[0], &role),
+            Some(0.5)
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::chat::{self, Message, parse_tool_calls};
-use crate::config::{ExperimentConfig, MemoryPosition, PolicyRole, ToolPrompt, ToolResponseMode};
+use crate::config::{
+    ExperimentConfig, MemoryPosition, PolicyRole, RlCredit, ToolPrompt, ToolResponseMode,
+};
 use crate::env::Environment;
 use crate::error::{Error, Result};
 use crate::fidelity;
@@ -108,6 +110,10 @@ pub struct RolloutSettings {
     pub tool_prompt: ToolPrompt,
     /// Where an episode's rehearsal memory goes: before or after the request.
     pub memory_position: MemoryPosition,
+    /// Also judge each episode with simulated answers with its final answer read against the
+    /// responses it was shown ([`crate::judge::answer_as_real`]): the act role's reward under
+    /// `[rl].credit = "role"`.
+    pub judge_as_shown: bool,
 }
 
 impl RolloutSettings {
@@ -126,6 +132,7 @@ impl RolloutSettings {
             system_prompt: None,
             tool_prompt: config.env.tool_prompt,
             memory_position: config.rehearsal.memory_position,
+            judge_as_shown: config.rl.credit == RlCredit::Role,
         }
     }
 }
@@ -756,6 +763,7 @@ fn judge_episode(
         })
         .collect();
     let end = live.end.unwrap_or(EndReason::MaxTurns);
+    let mut shown_reward = None;
     let (reward, mask_reason, detail) = match &end {
         EndReason::Fault { reason } => (None, Some(reason.clone()), Value::Null),
         _ => {
@@ -765,6 +773,9 @@ fn judge_episode(
                 .filter(|m| m.role != chat::Role::System)
                 .cloned()
                 .collect();
+            if settings.judge_as_shown {
+                shown_reward = judge_as_shown(judge, &live.spec.task, &trajectory, &live.turns);
+            }
             match judge.judge(&live.spec.task, &trajectory) {
                 Verdict::Scored { score, detail } => (Some(score), None, detail),
                 Verdict::Masked { reason } => (None, Some(format!("judge: {reason}")), Value::Null),
@@ -784,7 +795,45 @@ fn judge_episode(
         samples,
         end,
         reward,
+        shown_reward,
         mask_reason,
         judge: detail,
+    }
+}
+
+/// The score of an episode whose final answer is read against the responses the act role was
+/// shown ([`crate::judge::answer_as_real`]); `None` when no call was answered by a simulator
+/// with a real counterpart, there is no final answer, or the judge masks it.
+fn judge_as_shown(
+    judge: &dyn EpisodeJudge,
+    task: &GenTask,
+    trajectory: &[Message],
+    turns: &[TurnRecord],
+) -> Option<f64> {
+    let pairs: Vec<(&Value, &Value)> = turns
+        .iter()
+        .flat_map(|turn| &turn.calls)
+        .filter(|call| {
+            matches!(
+                call.source,
+                ResponseSource::Rehearse | ResponseSource::External
+            )
+        })
+        .filter_map(|call| Some((&call.response, call.real.as_ref()?)))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let last = trajectory
+        .iter()
+        .rposition(|m| m.role == chat::Role::Assistant)?;
+    if trajectory[last].content.contains("<tool_call>") {
+        return None;
+    }
+    let mut read_as_real = trajectory.to_vec();
+    read_as_real[last].content = crate::judge::answer_as_real(&trajectory[last].content, pairs);
+    match judge.judge(task, &read_as_real) {
+        Verdict::Scored { score, .. } => Some(score),
+        Verdict::Masked { .. } => None,
     }
 }

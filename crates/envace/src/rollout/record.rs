@@ -282,6 +282,10 @@ pub struct EpisodeRecord {
     pub end: EndReason,
     /// The judge's episode score; `None` when masked.
     pub reward: Option<f64>,
+    /// The score with the final answer read against the responses the act role was shown
+    /// (`[rl].credit = "role"`); `None` when not judged so or no simulator answered a call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown_reward: Option<f64>,
     /// Why it is masked, if it is.
     pub mask_reason: Option<String>,
     /// The judge's details (verdict per standard).

@@ -82,6 +82,7 @@ fn settings() -> RolloutSettings {
         system_prompt: None,
         tool_prompt: ToolPrompt::Schemas,
         memory_position: MemoryPosition::default(),
+        judge_as_shown: false,
     }
 }
 

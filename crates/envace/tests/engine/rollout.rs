@@ -83,6 +83,7 @@ fn settings(mode: ResponseMode) -> RolloutSettings {
         system_prompt: None,
         tool_prompt: ToolPrompt::Schemas,
         memory_position: MemoryPosition::default(),
+        judge_as_shown: false,
     }
 }
 
@@ -778,4 +779,128 @@ fn the_tiny_model_rehearses_and_the_batch_round_trips_through_the_store() {
     }
     assert_eq!(pairs.len(), n_pairs);
     assert!(pairs.iter().all(|p| p.step == 7 && !p.tool.is_empty()));
+}
+
+/// A leaf as a generated task's answer states it: strings unquoted, numbers as JSON.
+fn stated(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Changes the first leaf of an answer: a string becomes `wrongvalue`, a number grows by 7.
+/// Returns the leaf as stated before and after.
+fn corrupt_first_leaf(value: &mut Value) -> Option<(String, String)> {
+    let before = stated(value);
+    match value {
+        Value::String(s) => {
+            *s = "wrongvalue".to_owned();
+            Some((before, "wrongvalue".to_owned()))
+        }
+        Value::Number(n) if n.is_i64() => {
+            *value = json!(n.as_i64().unwrap() + 7);
+            Some((before, stated(value)))
+        }
+        Value::Object(map) => map.values_mut().find_map(corrupt_first_leaf),
+        Value::Array(items) => items.iter_mut().find_map(corrupt_first_leaf),
+        _ => None,
+    }
+}
+
+#[test]
+fn judged_as_shown_a_faithful_report_of_a_wrong_rehearsal_scores_as_right() {
+    let tasks: Vec<Arc<GenTask>> = gen_tasks(Domain::Functions, 1, 8);
+    // What each episode's rehearser changed, as stated (real, shown).
+    let swaps = Arc::new(std::sync::Mutex::new(vec![Vec::new(); tasks.len()]));
+    let wrong_rehearser = || {
+        let swaps = swaps.clone();
+        let mut answer = real_rehearser(&tasks, |_, _| None);
+        Scripted::new(move |request: &GenerationRequest, prompt: &str| {
+            let block = answer(request, prompt);
+            let mut value = envace::rehearse::parse_execution_result(&block).unwrap();
+            match corrupt_first_leaf(&mut value) {
+                Some(swap) => {
+                    swaps.lock().unwrap()[request.episode_idx].push(swap);
+                    execution_result_block(&value)
+                }
+                None => block,
+            }
+        })
+    };
+    // An actor that reports what it was shown: the oracle's answer with the shown values.
+    let oracle_turns: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|task| {
+            let turns = task
+                .oracle
+                .iter()
+                .filter(|m| m.role == envace::chat::Role::Assistant);
+            turns.map(|m| m.content.clone()).collect()
+        })
+        .collect();
+    // Episodes whose final answer states a value the rehearser changed.
+    let reported = Arc::new(std::sync::Mutex::new(vec![false; tasks.len()]));
+    let mut faithful = {
+        let (swaps, reported) = (swaps.clone(), reported.clone());
+        Scripted::new(move |request: &GenerationRequest, _: &str| {
+            let oracle = &oracle_turns[request.episode_idx][request.turn_idx];
+            let mut text = oracle.clone();
+            if !text.contains("<tool_call>") {
+                for (real, shown) in &swaps.lock().unwrap()[request.episode_idx] {
+                    text = text.replace(real.as_str(), shown);
+                }
+                reported.lock().unwrap()[request.episode_idx] = text != *oracle;
+            }
+            text
+        })
+    };
+    let mut as_shown = settings(ResponseMode::Rehearse);
+    as_shown.judge_as_shown = true;
+    let episodes = run(&tasks, &as_shown, &mut faithful, &mut wrong_rehearser());
+    let reported = reported.lock().unwrap().clone();
+    let n_reported = reported.iter().filter(|r| **r).count();
+    assert!(
+        n_reported >= 5,
+        "only {n_reported} answers report a wrong value"
+    );
+    for (episode, _) in episodes.iter().zip(&reported).filter(|(_, r)| **r) {
+        // The real judge sees a wrong value reported; read as shown, the report is right.
+        assert!(episode.reward.unwrap() < 1.0, "{}", episode.judge);
+        assert_eq!(episode.shown_reward, Some(1.0), "{}", episode.task_id);
+    }
+    // The oracle reports the real value although it was shown a wrong one: right for the real
+    // judge, wrong as shown.
+    swaps.lock().unwrap().iter_mut().for_each(Vec::clear);
+    let episodes = run(
+        &tasks,
+        &as_shown,
+        &mut OracleActor::new(&tasks),
+        &mut wrong_rehearser(),
+    );
+    for (episode, _) in episodes.iter().zip(&reported).filter(|(_, r)| **r) {
+        assert_eq!(episode.reward, Some(1.0), "{}", episode.judge);
+        assert!(episode.shown_reward.unwrap() < 1.0, "{}", episode.task_id);
+    }
+    // Not asked for, or with the real environment answering: no second verdict.
+    let episodes = run(
+        &tasks,
+        &settings(ResponseMode::Rehearse),
+        &mut OracleActor::new(&tasks),
+        &mut wrong_rehearser(),
+    );
+    assert!(episodes.iter().all(|e| e.shown_reward.is_none()));
+    let mut real = as_shown.clone();
+    real.mode = ResponseMode::Real;
+    let episodes = run(
+        &tasks,
+        &real,
+        &mut OracleActor::new(&tasks),
+        &mut Scripted::new(|_: &GenerationRequest, _: &str| unreachable!("real mode")),
+    );
+    assert!(
+        episodes
+            .iter()
+            .all(|e| e.shown_reward.is_none() && e.reward == Some(1.0))
+    );
 }

@@ -408,6 +408,82 @@ impl HfConfig<'_> {
     }
 }
 
+/// The fields of `config.json` every supported architecture reads the same way, for
+/// `architecture` with its own default context length and RoPE scaling already read.
+pub(crate) fn decoder_config_from_hf(
+    hf: &HfConfig<'_>,
+    architecture: Architecture,
+    default_max_positions: usize,
+    rope_scaling: Option<RopeScaling>,
+) -> Result<TransformerConfig> {
+    hf.expect_str_or("hidden_act", "silu")?;
+    hf.expect_bool_or("attention_bias", false)?;
+    let hidden_size = hf.usize("hidden_size")?;
+    let n_heads = hf.usize("num_attention_heads")?;
+    Ok(TransformerConfig {
+        architecture,
+        vocab_size: hf.usize("vocab_size")?,
+        hidden_size,
+        intermediate_size: hf.usize("intermediate_size")?,
+        n_layers: hf.usize("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads: hf.usize_or("num_key_value_heads", n_heads)?,
+        head_dim: hf.usize_or("head_dim", hidden_size / n_heads.max(1))?,
+        max_position_embeddings: hf.usize_or("max_position_embeddings", default_max_positions)?,
+        rope_theta: hf.f64_or("rope_theta", 10_000.0)?,
+        rope_scaling,
+        rms_norm_eps: hf.f64_or("rms_norm_eps", 1e-6)?,
+        tie_word_embeddings: hf.bool_or("tie_word_embeddings", false)?,
+        initializer_range: hf.f64_or("initializer_range", 0.02)?,
+        bos_token_id: hf.opt_u32("bos_token_id")?,
+        eos_token_ids: hf.u32_list("eos_token_id")?,
+    })
+}
+
+/// An architecture's `config.json` fields as `transformers` writes them, in its order: the
+/// shared fields, with the architecture's own after `attention_dropout` (`after_attention`)
+/// and after `max_position_embeddings` (`after_positions`).
+pub(crate) fn decoder_config_to_hf(
+    cfg: &TransformerConfig,
+    (class, model_type): (&str, &str),
+    after_attention: Vec<(&str, Value)>,
+    after_positions: Vec<(&str, Value)>,
+    rope_scaling: Value,
+) -> Map<String, Value> {
+    let mut map = Map::new();
+    let mut put = |key: &str, value: Value| {
+        map.insert(key.to_owned(), value);
+    };
+    put("architectures", serde_json::json!([class]));
+    put("model_type", model_type.into());
+    put("vocab_size", cfg.vocab_size.into());
+    put("hidden_size", cfg.hidden_size.into());
+    put("intermediate_size", cfg.intermediate_size.into());
+    put("num_hidden_layers", cfg.n_layers.into());
+    put("num_attention_heads", cfg.n_heads.into());
+    put("num_key_value_heads", cfg.n_kv_heads.into());
+    put("head_dim", cfg.head_dim.into());
+    put("hidden_act", "silu".into());
+    put("attention_bias", false.into());
+    put("attention_dropout", 0.0.into());
+    for (key, value) in after_attention {
+        put(key, value);
+    }
+    put(
+        "max_position_embeddings",
+        cfg.max_position_embeddings.into(),
+    );
+    for (key, value) in after_positions {
+        put(key, value);
+    }
+    put("rope_theta", cfg.rope_theta.into());
+    put("rope_scaling", rope_scaling);
+    put("rms_norm_eps", cfg.rms_norm_eps.into());
+    put("tie_word_embeddings", cfg.tie_word_embeddings.into());
+    put("initializer_range", cfg.initializer_range.into());
+    map
+}
+
 /// How a parameter starts in a freshly initialised model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ParamInit {

@@ -13,7 +13,7 @@
 use candle_core::{CpuStorage, DType, Storage, StorageRef, Tensor, TensorId};
 use rayon::prelude::*;
 
-use super::fused::{KeysValues, attend_one, rows_times_weights};
+use super::cpu::decode_ops::{KeysValues, attend_one, rows_times_weights};
 use super::{KvCache, Policy};
 
 /// Whether [`Policy::generate`] decodes with [`Policy::decode_step`].

@@ -3,14 +3,14 @@
 //!
 //! The training flavour needs a backward pass, which candle's own fused kernels lack (see
 //! `shared/STACK.md`). On the CPU in f32 it uses our fused kernels with a real backward
-//! ([`super::fused`]); elsewhere it is composed from ops whose backward works on every backend:
+//! ([`super::cpu::train_ops`]); elsewhere it is composed from ops whose backward works on every backend:
 //! `rms_norm_slow`, a rotate-half RoPE from `narrow`/`cat`/`mul`, `where_cond` masking and
 //! `ops::softmax`. The generation flavour runs on detached weights and uses candle's fused
 //! kernels (`ops::rms_norm`, `rotary_emb::rope`, `softmax_last_dim`).
 
 use candle_core::{D, Result, Tensor};
 
-use super::fused;
+use super::cpu::{self, decode_ops, train_ops};
 
 /// Which flavour of the ops a forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,25 +33,25 @@ pub(crate) struct Step {
     /// `(b, 1, l, t)`, 1 where query `i` may attend to key `j`, as `u8`.
     pub allowed: Tensor,
     /// The same mask as `b × t` host bytes when decoding one position per row on the CPU, read
-    /// once for every layer's [`fused::decode_attention`].
+    /// once for every layer's [`decode_ops::decode_attention`].
     pub decode_allowed: Option<Vec<u8>>,
 }
 
 /// `x @ w.T` for a Hugging Face `(out, in)` weight, over any number of leading dimensions.
 /// A few rows (but not one) without gradient, as batched decoding has, take the in-place
-/// product of [`fused::small_linear`].
+/// product of [`decode_ops::small_linear`].
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let dims = x.dims();
     let n_in = dims[dims.len() - 1];
     let n_rows = x.elem_count() / n_in;
     let x2 = x.reshape((n_rows, n_in))?;
     // One row is a matrix-vector product, which the matmul does without packing.
-    let y = if (2..=fused::SMALL_ROWS).contains(&n_rows)
-        && fused::applies(x)
+    let y = if (2..=decode_ops::SMALL_ROWS).contains(&n_rows)
+        && cpu::applies(x)
         && !x.track_op()
         && !w.track_op()
     {
-        fused::small_linear(&x2, w)?
+        decode_ops::small_linear(&x2, w)?
     } else {
         x2.matmul(&w.t()?)?
     };
@@ -64,7 +64,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// RMSNorm over the last dimension, scaled by `w`.
 pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, mode: Mode) -> Result<Tensor> {
     match mode {
-        Mode::Train if fused::applies(x) => fused::rms_norm(x, w, eps),
+        Mode::Train if cpu::applies(x) => train_ops::rms_norm(x, w, eps),
         Mode::Train => candle_nn::ops::rms_norm_slow(x, w, eps as f32),
         Mode::Generate => candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32),
     }
@@ -73,7 +73,7 @@ pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, mode: Mode) -> Result<T
 /// Rotary position embedding (rotate-half layout, as in Hugging Face) of `x: (b, h, l, d)`.
 pub(crate) fn rope(x: &Tensor, step: &Step) -> Result<Tensor> {
     match step.mode {
-        Mode::Train if fused::applies(x) => fused::rope(x, &step.cos, &step.sin),
+        Mode::Train if cpu::applies(x) => train_ops::rope(x, &step.cos, &step.sin),
         Mode::Train => {
             let half = x.dim(D::Minus1)? / 2;
             let x1 = x.narrow(D::Minus1, 0, half)?;
@@ -88,8 +88,8 @@ pub(crate) fn rope(x: &Tensor, step: &Step) -> Result<Tensor> {
 /// SwiGLU feed-forward: `down(silu(gate(x)) * up(x))`.
 pub(crate) fn swiglu(x: &Tensor, gate: &Tensor, up: &Tensor, down: &Tensor) -> Result<Tensor> {
     let (gate, up) = (linear(x, gate)?, linear(x, up)?);
-    let h = if fused::applies(&gate) {
-        fused::silu_mul(&gate, &up)?
+    let h = if cpu::applies(&gate) {
+        train_ops::silu_mul(&gate, &up)?
     } else {
         (gate.silu()? * up)?
     };
@@ -171,10 +171,10 @@ pub(crate) fn attention(
     let scale = 1.0 / (head_dim as f64).sqrt();
     let (k, v) = match kv {
         // One new position per row (decoding): one fused pass over the cache.
-        Some(cache) if fused::applies(q) && step.decode_allowed.is_some() => {
+        Some(cache) if cpu::applies(q) && step.decode_allowed.is_some() => {
             let (k, v) = cache.append(k, v)?;
             let allowed = step.decode_allowed.as_deref().unwrap_or_default();
-            return fused::decode_attention(q, &k, &v, allowed, scale);
+            return decode_ops::decode_attention(q, &k, &v, allowed, scale);
         }
         Some(cache) => cache.append(k, v)?,
         // Views of the cache buffers are laid out as matmul wants; a fresh `v` is a transpose.
@@ -185,8 +185,8 @@ pub(crate) fn attention(
         .contiguous()?
         .reshape((b, n_kv_heads, n_rep * l, head_dim))?;
     let scores = q.matmul(&k.t()?)?.reshape((b, n_heads, l, t))?;
-    let probs = if step.mode == Mode::Train && fused::applies(&scores) {
-        fused::masked_softmax(&scores, &step.allowed, scale)?
+    let probs = if step.mode == Mode::Train && cpu::applies(&scores) {
+        train_ops::masked_softmax(&scores, &step.allowed, scale)?
     } else {
         masked_softmax(&(scores * scale)?, step)?
     };

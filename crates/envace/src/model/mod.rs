@@ -18,15 +18,16 @@
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
 mod assets;
+pub(crate) mod cpu;
 mod decode;
 mod decoder;
-pub(crate) mod fused;
 mod gguf;
 mod layers;
 mod llama;
 mod qllama;
-pub mod quant;
 mod qwen3;
+
+pub use cpu::quant;
 
 pub use assets::{
     CACHE_DIR_ENV, QWEN3_TOKENIZER_DIR, SMOLLM2_GGUF, cache_dir, cached_file, qwen3_tokenizer_dir,
@@ -1320,8 +1321,9 @@ pub fn target_logprobs_and_entropy(
     targets: &Tensor,
 ) -> candle_core::Result<(Tensor, Tensor)> {
     let (b, l, vocab) = logits.dims3()?;
-    if fused::applies(logits) {
-        let stats = fused::token_stats(&logits.reshape((b * l, vocab))?, &targets.flatten_all()?)?;
+    if cpu::applies(logits) {
+        let stats =
+            cpu::train_ops::token_stats(&logits.reshape((b * l, vocab))?, &targets.flatten_all()?)?;
         let column = |k: usize| stats.narrow(1, k, 1)?.reshape((b, l));
         return Ok((column(0)?, column(1)?));
     }

@@ -1,5 +1,5 @@
 //! Llama decoding on GGUF weights kept in Q4_1 / Q8_0, in plain Rust on the CPU: the quantised
-//! products run our own kernels (`quant.rs`, AVX2 when the CPU has it), everything else
+//! products run our own kernels (`cpu/quant.rs`, AVX2 when the CPU has it), everything else
 //! (RMSNorm, RoPE, attention over the key/value cache, SwiGLU) is a few loops over `f32`
 //! slices, so a decode step has none of a tensor library's per-op overhead.
 //!

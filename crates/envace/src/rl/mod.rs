@@ -3,6 +3,7 @@
 //! per-token log-probabilities through the differentiable forward, AdamW with a checkpointable
 //! state, global-norm gradient clipping and the warm-up + cosine schedule.
 
+mod adamw_cpu;
 pub mod evaluation;
 pub mod grpo;
 pub mod hooks;
@@ -18,7 +19,7 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use crate::config::{LrSchedule, PolicyRole};
 use crate::error::{Error, Result};
-use crate::model::{Policy, fused};
+use crate::model::{Policy, cpu};
 use crate::rollout::{GenerationWindow, Label, Sample};
 
 /// One training sequence: tokens with labels, the roles whose sampled tokens are trained, and
@@ -349,8 +350,8 @@ impl AdamW {
         let mut squares = 0f64;
         for (_, var) in &self.vars {
             if let Some(g) = grad_of(var) {
-                squares += if fused::applies(g) {
-                    fused::sum_squares(g).map_err(fail)?
+                squares += if cpu::applies(g) {
+                    adamw_cpu::sum_squares(g).map_err(fail)?
                 } else {
                     f64::from(
                         g.to_dtype(DType::F32)
@@ -374,8 +375,8 @@ impl AdamW {
         for (idx, (_, var)) in self.vars.iter().enumerate() {
             let Some(g) = grad_of(var) else { continue };
             let (first, second) = (&self.first[idx], &self.second[idx]);
-            if fused::adamw_applies(var.as_tensor(), first, second, g) {
-                let step = fused::AdamWStep {
+            if adamw_cpu::adamw_applies(var.as_tensor(), first, second, g) {
+                let step = adamw_cpu::AdamWStep {
                     beta1: self.beta1 as f32,
                     beta2: self.beta2 as f32,
                     eps: self.eps as f32,
@@ -385,7 +386,7 @@ impl AdamW {
                     correction2: correction2 as f32,
                     grad_factor: factor as f32,
                 };
-                fused::adamw_in_place(var.as_tensor(), first, second, g, step).map_err(fail)?;
+                adamw_cpu::adamw_in_place(var.as_tensor(), first, second, g, step).map_err(fail)?;
                 continue;
             }
             let dtype = var.dtype();

@@ -1,0 +1,420 @@
+//! CPU kernels for generation only (no backward): attention of single decode positions over
+//! the key/value cache, and products of a few rows with weight matrices read in place (no
+//! packing), one or several weights at once.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+use super::quant::{axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32};
+use super::{CHUNK, f32s};
+
+// ---------------------------------------------------------------------------------------------
+// Attention of one new position per row over the key/value cache (generation only).
+
+/// Grouped-query attention of `q: (b, h, 1, d)` over `k, v: (b, kv_heads, t, d)` (any strides
+/// with a contiguous last dimension, such as views of the cache buffers), keys masked by
+/// `allowed`: `b × t` bytes, 1 where the row may see the key; returns `(b, 1, h * d)`. One pass per (row, head) instead of two
+/// batched matmuls of `b × kv_heads` tiny products each, whose per-call cost grows with the
+/// batch. No backward: decoding only.
+pub(crate) fn decode_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    allowed: &[u8],
+    scale: f64,
+) -> Result<Tensor> {
+    let (b, h, l, d) = q.dims4()?;
+    let (kb, n_kv, t, kd) = k.dims4()?;
+    if l != 1 || kb != b || kd != d || v.dims() != k.dims() || n_kv == 0 || h % n_kv != 0 {
+        bail!(
+            "fused decode attention: q {:?}, k {:?}, v {:?} do not fit one position per row",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        )
+    }
+    if allowed.len() != b * t {
+        bail!(
+            "fused decode attention: the mask has {} bytes, expected {b} rows × {t} keys",
+            allowed.len()
+        )
+    }
+    let op = DecodeAttention {
+        allowed,
+        n_heads: h,
+        n_kv_heads: n_kv,
+        scale: scale as f32,
+    };
+    q.contiguous()?
+        .apply_op3_no_bwd(k, v, &op)?
+        .reshape((b, 1, h * d))
+}
+
+struct DecodeAttention<'a> {
+    allowed: &'a [u8],
+    n_heads: usize,
+    n_kv_heads: usize,
+    scale: f32,
+}
+
+/// A 4-d f32 view with arbitrary strides but a contiguous last dimension.
+struct View4<'a> {
+    data: &'a [f32],
+    offset: usize,
+    strides: [usize; 4],
+    last: usize,
+}
+
+impl<'a> View4<'a> {
+    fn new(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<Self> {
+        let CpuStorage::F32(data) = storage else {
+            bail!("{op}: expects f32 input, got {:?}", storage.dtype())
+        };
+        let (dims, stride) = (layout.dims(), layout.stride());
+        if dims.len() != 4 || (dims[3] > 1 && stride[3] != 1) {
+            bail!("{op}: expects a 4-d input with a contiguous last dimension")
+        }
+        Ok(View4 {
+            data,
+            offset: layout.start_offset(),
+            strides: [stride[0], stride[1], stride[2], 1],
+            last: dims[3],
+        })
+    }
+
+    /// A function giving, for `(i, j)`, the values from `[i, j, 0, 0]` to the end of
+    /// `[i, j, n - 1, ..]`: `n` rows of `last` values every `strides[2]` values.
+    fn rows(&self, n: usize) -> Result<impl Fn(usize, usize) -> &'a [f32] + '_> {
+        if n > 1 && self.strides[2] < self.last {
+            bail!("fused decode attention: rows of the cache overlap")
+        }
+        Ok(move |i: usize, j: usize| {
+            let start = self.offset + i * self.strides[0] + j * self.strides[1];
+            let len = n.saturating_sub(1) * self.strides[2] + self.last;
+            &self.data[start..start + len]
+        })
+    }
+}
+
+/// The cached keys and values one query head attends over: `n` rows each, `k_stride` and
+/// `v_stride` values apart.
+pub(crate) struct KeysValues<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub k_stride: usize,
+    pub v_stride: usize,
+}
+
+/// One query head's attention over the cached keys `allowed` lets it see (one byte per key):
+/// `out += softmax(scale · q · kᵀ) · v`; `out` stays as it is when no key is allowed.
+pub(crate) fn attend_one(
+    q: &[f32],
+    keys: &KeysValues<'_>,
+    allowed: &[u8],
+    scale: f32,
+    out: &mut [f32],
+) {
+    // Every cached key's score, then −∞ for those the mask excludes.
+    let mut scores = vec![0f32; allowed.len()];
+    dots_strided_f32(q, keys.k, keys.k_stride, &mut scores);
+    let mut max = f32::NEG_INFINITY;
+    for (score, &allowed) in scores.iter_mut().zip(allowed) {
+        if allowed != 0 {
+            *score *= scale;
+            max = max.max(*score);
+        } else {
+            *score = f32::NEG_INFINITY;
+        }
+    }
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let mut sum = 0f32;
+    for score in scores.iter_mut() {
+        *score = if *score == f32::NEG_INFINITY {
+            0.0
+        } else {
+            (*score - max).exp()
+        };
+        sum += *score;
+    }
+    for p in scores.iter_mut() {
+        *p /= sum;
+    }
+    axpy_strided_f32(out, &scores, keys.v, keys.v_stride);
+}
+
+impl CustomOp3 for DecodeAttention<'_> {
+    fn name(&self) -> &'static str {
+        "fused-decode-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let q = f32s(s1, l1, self.name())?;
+        let (k, v) = (
+            View4::new(s2, l2, self.name())?,
+            View4::new(s3, l3, self.name())?,
+        );
+        let d = k.last;
+        let t = l2.dims()[2];
+        let n_rep = self.n_heads / self.n_kv_heads;
+        let b = q.len() / (self.n_heads * d);
+        let mut out = vec![0f32; q.len()];
+        let (k_rows, v_rows) = (k.rows(t)?, v.rows(t)?);
+        let attend = |row: usize, o: &mut [f32]| {
+            let (bi, hi) = (row / self.n_heads, row % self.n_heads);
+            let kv_head = hi / n_rep;
+            let keys = KeysValues {
+                k: k_rows(bi, kv_head),
+                v: v_rows(bi, kv_head),
+                k_stride: k.strides[2],
+                v_stride: v.strides[2],
+            };
+            let mask = &self.allowed[bi * t..(bi + 1) * t];
+            attend_one(&q[row * d..(row + 1) * d], &keys, mask, self.scale, o);
+        };
+        // Rows in parallel once each task gets enough keys to be worth a hand-over.
+        let min_rows = (CHUNK / (t * d).max(1)).max(1);
+        if b * self.n_heads <= min_rows {
+            out.chunks_mut(d)
+                .enumerate()
+                .for_each(|(r, o)| attend(r, o));
+        } else {
+            out.par_chunks_mut(d)
+                .enumerate()
+                .with_min_len(min_rows)
+                .for_each(|(r, o)| attend(r, o));
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `x · wᵀ` for a few rows (generation only).
+
+/// Rows at most for which [`small_linear`] beats the packed matmul: the `gemm` crate repacks the
+/// whole weight matrix on every call, which costs more than the product itself for a handful
+/// of decode rows.
+pub(crate) const SMALL_ROWS: usize = 32;
+
+/// Multiply-adds per rayon task of [`small_linear`], at least.
+const PARALLEL_MACS: usize = 1 << 17;
+
+/// `x (n, k) · wᵀ` for a Hugging Face weight `w: (out, k)`, each output a dot product of a row
+/// of `x` with a row of `w` read in place. No backward: decoding only.
+pub(crate) fn small_linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (n, k) = x.dims2()?;
+    let (out, wk) = w.dims2()?;
+    if k != wk {
+        bail!(
+            "fused small linear: x is {:?} but w is {:?}",
+            x.dims(),
+            w.dims()
+        )
+    }
+    x.contiguous()?
+        .apply_op2_no_bwd(&w.contiguous()?, &SmallLinear { n, k, out })
+}
+
+struct SmallLinear {
+    n: usize,
+    k: usize,
+    out: usize,
+}
+
+impl CustomOp2 for SmallLinear {
+    fn name(&self) -> &'static str {
+        "fused-small-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s1, l1, self.name())?;
+        let w = f32s(s2, l2, self.name())?;
+        let (n, k) = (self.n, self.k);
+        let mut result = vec![0f32; n * self.out];
+        rows_times_weights(x, n, k, &[w], &mut result);
+        Ok((CpuStorage::F32(result), Shape::from((n, self.out))))
+    }
+}
+
+/// `out (n, Σ outᵢ) = x (n, k) · [w₀; w₁; …]ᵀ` for row-major weights `wᵢ: (outᵢ, k)`, read in
+/// place: the products of several weights that take the same input (a layer's query, key and
+/// value projections) in one parallel pass, their columns side by side in each output row.
+///
+/// Blocks of 16 output columns (never straddling two weights) run in parallel. Each block's
+/// results are laid out row by row (`n × 16`), so that putting them in place afterwards copies
+/// a cache line per row and block. Within a block, groups of four weight rows against four
+/// input rows make 4 × 4 tiles; leftover weight rows and inputs take narrower products, and a
+/// single input row takes sixteen weight rows per reduction.
+pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], out: &mut [f32]) {
+    const BLOCK: usize = 16;
+    let total: usize = ws.iter().map(|w| w.len() / k.max(1)).sum();
+    assert!(
+        x.len() >= n * k && out.len() == n * total,
+        "rows_times_weights: {} inputs, {} outputs for {n} rows of {k} and {total} columns",
+        x.len(),
+        out.len()
+    );
+    // (weight, its first row in the block, width, first output column).
+    let mut blocks = Vec::new();
+    let mut column = 0;
+    for (wi, w) in ws.iter().enumerate() {
+        let rows = w.len() / k.max(1);
+        for start in (0..rows).step_by(BLOCK) {
+            let width = (rows - start).min(BLOCK);
+            blocks.push((wi, start, width, column + start));
+        }
+        column += rows;
+    }
+    let row = |r: usize| &x[r * k..(r + 1) * k];
+    let product = |&(wi, start, width, _): &(usize, usize, usize, usize), cols: &mut [f32]| {
+        let w = ws[wi];
+        let weight = |o: usize| &w[o * k..(o + 1) * k];
+        if n == 1 {
+            dots_strided_f32(
+                row(0),
+                &w[start * k..(start + width) * k],
+                k,
+                &mut cols[..width],
+            );
+            return;
+        }
+        let mut a0 = 0;
+        while a0 < width {
+            let n_w = (width - a0).min(4);
+            let o0 = start + a0;
+            let mut r = 0;
+            while r + 4 <= n {
+                let xs = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+                if n_w == 4 {
+                    let tile = dot4x4_f32(std::array::from_fn(|a| weight(o0 + a)), xs);
+                    for (a, four) in tile.iter().enumerate() {
+                        for (rr, &v) in four.iter().enumerate() {
+                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                        }
+                    }
+                } else {
+                    for a in 0..n_w {
+                        let four = dot4_f32(weight(o0 + a), xs);
+                        for (rr, &v) in four.iter().enumerate() {
+                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                        }
+                    }
+                }
+                r += 4;
+            }
+            for a in 0..n_w {
+                for rr in r..n {
+                    cols[rr * BLOCK + a0 + a] = dot(row(rr), weight(o0 + a));
+                }
+            }
+            a0 += n_w;
+        }
+    };
+    // A hand-over to rayon's other threads may wake one: only products of about a hundred
+    // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
+    // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
+    // the threshold was 2^20.)
+    let mut results = vec![0f32; blocks.len() * n * BLOCK];
+    let min_blocks = (PARALLEL_MACS / (BLOCK * n * k).max(1)).max(1);
+    if blocks.len() <= min_blocks {
+        results
+            .chunks_mut(n * BLOCK)
+            .zip(&blocks)
+            .for_each(|(cols, block)| product(block, cols));
+    } else {
+        results
+            .par_chunks_mut(n * BLOCK)
+            .zip(&blocks)
+            .with_min_len(min_blocks)
+            .for_each(|(cols, block)| product(block, cols));
+    }
+    for (r, out_row) in out.chunks_mut(total.max(1)).enumerate().take(n) {
+        for (cols, &(_, _, width, column)) in results.chunks(n * BLOCK).zip(&blocks) {
+            out_row[column..column + width].copy_from_slice(&cols[r * BLOCK..r * BLOCK + width]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::super::testing::{max_abs_diff, values};
+    use super::super::train_ops::masked_softmax;
+    use super::*;
+
+    #[test]
+    fn decode_attention_matches_matmul_attention_over_a_cache_view() {
+        let (b, h, n_kv, t, d, cap) = (3, 4, 2, 5, 8, 7);
+        let q = Tensor::from_vec(values(b * h * d, 11), (b, h, 1, d), &Device::Cpu).unwrap();
+        // Keys and values as views of larger cache buffers (the first t of cap positions).
+        let buffer = |seed| {
+            Tensor::from_vec(
+                values(b * n_kv * cap * d, seed),
+                (b, n_kv, cap, d),
+                &Device::Cpu,
+            )
+            .unwrap()
+        };
+        let (k, v) = (
+            buffer(12).narrow(2, 0, t).unwrap(),
+            buffer(13).narrow(2, 0, t).unwrap(),
+        );
+        // Row 1 cannot see its first two keys (left padding).
+        let mut mask = vec![1u8; b * t];
+        mask[t] = 0;
+        mask[t + 1] = 0;
+        let allowed = Tensor::from_vec(mask, (b, 1, 1, t), &Device::Cpu).unwrap();
+        let scale = 0.3;
+        let mask = allowed.flatten_all().unwrap().to_vec1::<u8>().unwrap();
+        let fused = decode_attention(&q, &k, &v, &mask, scale).unwrap();
+        let n_rep = h / n_kv;
+        let qg = q.reshape((b, n_kv, n_rep, d)).unwrap();
+        let scores = (qg.matmul(&k.contiguous().unwrap().t().unwrap()).unwrap() * scale)
+            .unwrap()
+            .reshape((b, h, 1, t))
+            .unwrap();
+        let probs = masked_softmax(&scores, &allowed, 1.0).unwrap();
+        let expected = probs
+            .reshape((b, n_kv, n_rep, t))
+            .unwrap()
+            .matmul(&v.contiguous().unwrap())
+            .unwrap()
+            .reshape((b, 1, h * d))
+            .unwrap();
+        assert_eq!(fused.dims(), [b, 1, h * d]);
+        let diff = max_abs_diff(&fused, &expected);
+        assert!(diff < 1e-5, "decode attention differs by {diff}");
+    }
+
+    #[test]
+    fn small_linear_matches_matmul_with_the_transposed_weight() {
+        // Inputs and weight rows in whole groups of four and with leftovers; a width of 40 is
+        // two 16-wide vectors and a tail of 8.
+        for (n, out) in [(1, 300), (3, 301), (8, 300), (17, 302)] {
+            let x = Tensor::from_vec(values(n * 40, 14), (n, 40), &Device::Cpu).unwrap();
+            let w = Tensor::from_vec(values(out * 40, 15), (out, 40), &Device::Cpu).unwrap();
+            let fused = small_linear(&x, &w).unwrap();
+            let expected = x.matmul(&w.t().unwrap()).unwrap();
+            assert_eq!(fused.dims(), [n, out]);
+            let diff = max_abs_diff(&fused, &expected);
+            assert!(diff < 1e-4, "{n} rows, {out} outputs: differs by {diff}");
+        }
+    }
+}

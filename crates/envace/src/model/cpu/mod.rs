@@ -1,0 +1,151 @@
+//! The model's CPU kernels: the training ops with a real backward (`train_ops`), the
+//! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), and the
+//! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
+//!
+//! Which execution path runs which kernels:
+//!
+//! | path | when | kernels |
+//! |---|---|---|
+//! | training forward (`Policy::forward_train`) | SFT and GRPO losses | `train_ops` on f32 CPU tensors; candle's composed ops elsewhere (CUDA, other dtypes) |
+//! | prompt pass (`Policy::forward_cached`) | the prompt of every generation; decoding off the CPU | candle's fused inference ops, `decode_ops::small_linear` for few-row products |
+//! | decode step (`model/decode.rs`) | each new token of a dense f32 policy on the CPU | `decode_ops` (attention over the cache, few-row products) and `quant`'s f32 primitives |
+//! | quantised decode (`model/qllama.rs`) | a GGUF served or simulated on its quantised weights on the CPU | `quant` (Q4_1 / Q8_0 weights times Q8_1 activations) |
+//!
+//! [`applies`] tells callers whether a tensor can take these kernels (f32 on the CPU).
+
+pub(crate) mod decode_ops;
+pub mod quant;
+pub(crate) mod train_ops;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+/// Whether the fused kernels can run on `x` (f32 on the CPU).
+pub(crate) fn applies(x: &Tensor) -> bool {
+    x.device().is_cpu() && x.dtype() == DType::F32
+}
+
+/// The contiguous f32 elements of one custom-op argument.
+pub(crate) fn f32s<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(data) = storage else {
+        bail!("{op}: expects f32 input, got {:?}", storage.dtype())
+    };
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&data[start..end]),
+        None => bail!("{op}: expects a contiguous input"),
+    }
+}
+
+/// Elements per rayon task, at least.
+pub(crate) const CHUNK: usize = 16_384;
+
+/// Rows per rayon task, so that each task handles at least [`CHUNK`] elements.
+pub(crate) fn min_rows(row_len: usize) -> usize {
+    (CHUNK / row_len.max(1)).max(1)
+}
+
+/// Fills `out` row by row (`row_len` elements each) with `f(row index, row)`, rows in parallel
+/// (on the calling thread when there is too little work to share).
+pub(crate) fn for_rows(
+    out: &mut [f32],
+    row_len: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    if out.len() <= CHUNK {
+        out.chunks_mut(row_len.max(1))
+            .enumerate()
+            .for_each(|(r, row)| f(r, row));
+        return;
+    }
+    out.par_chunks_mut(row_len.max(1))
+        .enumerate()
+        .with_min_len(min_rows(row_len))
+        .for_each(|(r, row)| f(r, row));
+}
+
+pub(crate) fn last_dim(shape: &Shape, op: &str) -> Result<usize> {
+    match shape.dims().last() {
+        Some(&n) if n > 0 => Ok(n),
+        _ => bail!("{op}: expects a non-empty last dimension, got {shape:?}"),
+    }
+}
+
+/// Helpers of the kernels' tests: deterministic inputs, and a check of a fused op against
+/// its composition from candle's ops, forward and backward.
+#[cfg(test)]
+pub(crate) mod testing {
+    use candle_core::{Device, Tensor, Var};
+
+    /// Deterministic pseudo-random values in [-2, 2).
+    pub(crate) fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % 4_000) as f32 / 1_000.0 - 2.0
+            })
+            .collect()
+    }
+
+    pub(crate) fn var(shape: &[usize], seed: u64) -> Var {
+        let n = shape.iter().product();
+        Var::from_tensor(&Tensor::from_vec(values(n, seed), shape, &Device::Cpu).unwrap()).unwrap()
+    }
+
+    pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    }
+
+    /// Runs `fused` and `composed` on the same inputs, backpropagates the same random weighting
+    /// of the output through both, and checks that the outputs and every input's gradient agree.
+    pub(crate) fn check(
+        inputs: &[Var],
+        fused: impl Fn(&[Tensor]) -> Tensor,
+        composed: impl Fn(&[Tensor]) -> Tensor,
+        tol: f32,
+    ) {
+        let tensors: Vec<Tensor> = inputs.iter().map(|v| v.as_tensor().clone()).collect();
+        let (y_fused, y_composed) = (fused(&tensors), composed(&tensors));
+        assert_eq!(y_fused.dims(), y_composed.dims());
+        let diff = max_abs_diff(&y_fused, &y_composed);
+        assert!(diff < tol, "outputs differ by {diff}");
+        let weight = Tensor::from_vec(
+            values(y_fused.elem_count(), 99),
+            y_fused.shape(),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let g_fused = (&y_fused * &weight)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g_composed = (&y_composed * &weight)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        for (i, input) in inputs.iter().enumerate() {
+            let a = g_fused.get(input.as_tensor()).expect("fused gradient");
+            let b = g_composed
+                .get(input.as_tensor())
+                .expect("composed gradient");
+            let diff = max_abs_diff(a, b);
+            assert!(diff < tol, "input {i}: gradients differ by {diff}");
+        }
+    }
+}

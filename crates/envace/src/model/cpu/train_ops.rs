@@ -1,0 +1,775 @@
+//! Fused CPU kernels with a real backward pass, for the training forward: per-token target
+//! log-probability and entropy over the vocabulary, scaled and masked attention softmax,
+//! RMSNorm, rotate-half RoPE and SiLU gating.
+//!
+//! candle builds these from several elementwise ops, each of which allocates, writes and (in
+//! backward) reads a whole tensor again; fused, each is one pass forward and one pass backward,
+//! split over rows on rayon's pool. They are candle custom ops, so autograd sees them as single
+//! nodes whose `bwd` returns the exact gradient (tests compare both passes with the composed
+//! ops). Only f32 tensors on the CPU take this path; [`super::applies`] tells callers when to
+//! fall back to the composed ops (CUDA, other dtypes).
+
+use candle_core::backend::BackendStorage;
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use rayon::prelude::*;
+
+use super::{CHUNK, f32s, for_rows, last_dim, min_rows};
+
+// ---------------------------------------------------------------------------------------------
+// Per-token statistics of the next-token distribution: target log-probability and entropy.
+
+/// For each row of `logits: (n, v)` f32 and `targets: (n,)` u32: `(n, 3)` holding the
+/// log-probability of the target token, the entropy of the softmax and the log-normaliser
+/// (log Σ exp). One pass over the logits forward and one backward, and no `(n, v)` tensor in
+/// the forward: the composed log-softmax, gather and `Σ p log p` write several.
+pub(crate) fn token_stats(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let (n, _) = logits.dims2()?;
+    if targets.dims() != [n] || targets.dtype() != DType::U32 {
+        bail!(
+            "fused token statistics: targets are {:?} {:?}, expected [{n}] u32",
+            targets.dims(),
+            targets.dtype()
+        )
+    }
+    logits
+        .contiguous()?
+        .apply_op2(&targets.contiguous()?, TokenStats)
+}
+
+struct TokenStats;
+
+/// The target ids of a [`TokenStats`] argument, each checked against the vocabulary.
+fn target_ids<'a>(storage: &'a CpuStorage, layout: &Layout, vocab: usize) -> Result<&'a [u32]> {
+    let CpuStorage::U32(data) = storage else {
+        bail!("fused token statistics: targets must be u32")
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        bail!("fused token statistics: targets must be contiguous")
+    };
+    let ids = &data[start..end];
+    if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        bail!("fused token statistics: target id {bad} is outside the vocabulary of {vocab}")
+    }
+    Ok(ids)
+}
+
+impl CustomOp2 for TokenStats {
+    fn name(&self) -> &'static str {
+        "fused-token-stats"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let z = f32s(s1, l1, self.name())?;
+        let (n, v) = l1.shape().dims2()?;
+        let targets = target_ids(s2, l2, v)?;
+        let mut out = vec![0f32; n * 3];
+        // Three outputs per row but `v` logits of work: tasks are sized by the logits.
+        out.par_chunks_mut(3)
+            .enumerate()
+            .with_min_len(min_rows(v))
+            .for_each(|(r, o)| {
+                let zs = &z[r * v..(r + 1) * v];
+                let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation.
+                let (mut sum, mut weighted) = (0f64, 0f64);
+                for &zi in zs {
+                    let d = zi - max;
+                    let e = f64::from(d.exp());
+                    sum += e;
+                    weighted += e * f64::from(d);
+                }
+                let log_sum = sum.ln();
+                let lse = f64::from(max) + log_sum;
+                o[0] = (f64::from(zs[targets[r] as usize]) - lse) as f32;
+                // H = −Σ p log p = ln S − Σ e·d / S.
+                o[1] = (log_sum - weighted / sum) as f32;
+                o[2] = lse as f32;
+            });
+        Ok((CpuStorage::F32(out), Shape::from((n, 3))))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // With p = softmax(z), log p_j = z_j − lse and H the entropy:
+        //   d logp_t / d z_j = δ_jt − p_j,   d H / d z_j = −p_j (log p_j + H),   d lse / d z_j = p_j.
+        let packed = Tensor::cat(&[grad_res.contiguous()?, res.contiguous()?], 1)?;
+        let grad = packed.apply_op3_no_bwd(&logits.contiguous()?, targets, &TokenStatsBackward)?;
+        Ok((Some(grad), None))
+    }
+}
+
+/// The backward pass of [`TokenStats`]: arguments `[grad | stats]: (n, 6)`, the logits and the
+/// targets; returns the gradient of the logits.
+struct TokenStatsBackward;
+
+impl CustomOp3 for TokenStatsBackward {
+    fn name(&self) -> &'static str {
+        "fused-token-stats-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let packed = f32s(s1, l1, self.name())?;
+        let z = f32s(s2, l2, self.name())?;
+        let (n, v) = l2.shape().dims2()?;
+        let targets = target_ids(s3, l3, v)?;
+        let mut out = vec![0f32; n * v];
+        for_rows(&mut out, v, |r, row| {
+            let [g_logp, g_entropy, g_lse, _, entropy, lse] =
+                std::array::from_fn(|k| packed[r * 6 + k]);
+            let zs = &z[r * v..(r + 1) * v];
+            for (o, &zi) in row.iter_mut().zip(zs) {
+                let log_p = zi - lse;
+                let p = log_p.exp();
+                *o = p * (g_lse - g_logp - g_entropy * (log_p + entropy));
+            }
+            row[targets[r] as usize] += g_logp;
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n, v))))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scaled, masked softmax of attention scores.
+
+/// `softmax(scale × scores)` over the last dimension with disallowed keys removed:
+/// `scores: (b, h, l, t)` f32, `allowed: (b, 1, l, t)` u8 (1 = the query may see the key). A
+/// row with no allowed key comes out as zeros.
+pub(crate) fn masked_softmax(scores: &Tensor, allowed: &Tensor, scale: f64) -> Result<Tensor> {
+    let (b, h, l, t) = scores.dims4()?;
+    if allowed.dims() != [b, 1, l, t] {
+        bail!(
+            "fused attention softmax: the mask is {:?}, expected {:?}",
+            allowed.dims(),
+            [b, 1, l, t]
+        )
+    }
+    scores.contiguous()?.apply_op2(
+        &allowed.contiguous()?,
+        MaskedSoftmax {
+            scale: scale as f32,
+            n_heads: h,
+            n_queries: l,
+        },
+    )
+}
+
+struct MaskedSoftmax {
+    scale: f32,
+    n_heads: usize,
+    n_queries: usize,
+}
+
+impl MaskedSoftmax {
+    /// The mask row of score row `r`: the mask has one row per (batch, query), shared by heads.
+    fn mask_row(&self, r: usize) -> usize {
+        let per_batch = self.n_heads * self.n_queries;
+        (r / per_batch) * self.n_queries + r % self.n_queries
+    }
+}
+
+impl CustomOp2 for MaskedSoftmax {
+    fn name(&self) -> &'static str {
+        "fused-masked-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let scores = f32s(s1, l1, self.name())?;
+        let CpuStorage::U8(mask) = s2 else {
+            bail!("{}: expects a u8 mask, got {:?}", self.name(), s2.dtype())
+        };
+        let Some((m0, m1)) = l2.contiguous_offsets() else {
+            bail!("{}: expects a contiguous mask", self.name())
+        };
+        let mask = &mask[m0..m1];
+        let t = last_dim(l1.shape(), self.name())?;
+        let mut out = vec![0f32; scores.len()];
+        for_rows(&mut out, t, |r, row| {
+            let xs = &scores[r * t..(r + 1) * t];
+            let ms = &mask[self.mask_row(r) * t..(self.mask_row(r) + 1) * t];
+            let mut max = f32::NEG_INFINITY;
+            for (&x, &m) in xs.iter().zip(ms) {
+                if m != 0 {
+                    max = max.max(x * self.scale);
+                }
+            }
+            if max == f32::NEG_INFINITY {
+                return; // no key allowed: zeros
+            }
+            let mut sum = 0f32;
+            for ((o, &x), &m) in row.iter_mut().zip(xs).zip(ms) {
+                if m != 0 {
+                    *o = (x * self.scale - max).exp();
+                    sum += *o;
+                }
+            }
+            let inv = 1.0 / sum;
+            for o in row.iter_mut() {
+                *o *= inv;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _scores: &Tensor,
+        _allowed: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0 and get 0.
+        let grad = grad_res
+            .contiguous()?
+            .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward { scale: self.scale })?;
+        Ok((Some(grad), None))
+    }
+}
+
+/// The backward pass of [`MaskedSoftmax`] with its scale (given the probabilities), row by row
+/// with the incoming gradient.
+struct SoftmaxBackward {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        "fused-softmax-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = f32s(s1, l1, self.name())?;
+        let y = f32s(s2, l2, self.name())?;
+        let n = last_dim(l1.shape(), self.name())?;
+        let mut out = vec![0f32; g.len()];
+        for_rows(&mut out, n, |r, row| {
+            let (gs, ys) = (&g[r * n..(r + 1) * n], &y[r * n..(r + 1) * n]);
+            // y = p: d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0.
+            let dot: f32 = gs.iter().zip(ys).map(|(&gi, &pi)| gi * pi).sum();
+            for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ys) {
+                *o = self.scale * pi * (gi - dot);
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm.
+
+/// `x / sqrt(mean(x²) + eps) × w` over the last dimension; `w` has that dimension's size.
+pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let n = x.dim(candle_core::D::Minus1)?;
+    if w.dims() != [n] {
+        bail!(
+            "fused RMSNorm: the weight is {:?}, expected [{n}]",
+            w.dims()
+        )
+    }
+    x.contiguous()?
+        .apply_op2(&w.contiguous()?, RmsNorm { eps: eps as f32 })
+}
+
+#[derive(Clone, Copy)]
+struct RmsNorm {
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn inv_rms(&self, xs: &[f32]) -> f32 {
+        let mean_sq = xs.iter().map(|&v| v * v).sum::<f32>() / xs.len() as f32;
+        1.0 / (mean_sq + self.eps).sqrt()
+    }
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "fused-rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s1, l1, self.name())?;
+        let w = f32s(s2, l2, self.name())?;
+        let n = w.len();
+        let mut out = vec![0f32; x.len()];
+        for_rows(&mut out, n, |r, row| {
+            let xs = &x[r * n..(r + 1) * n];
+            let inv = self.inv_rms(xs);
+            for ((o, &xi), &wi) in row.iter_mut().zip(xs).zip(w) {
+                *o = xi * inv * wi;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // One pass computes both: rows 0..R of the result are dx, row R is dw.
+        let rows = x.elem_count() / w.elem_count();
+        let both =
+            grad_res
+                .contiguous()?
+                .apply_op3_no_bwd(x, w, &RmsNormBackward { forward: *self })?;
+        let dx = both.narrow(0, 0, rows)?.reshape(x.shape())?;
+        let dw = both.narrow(0, rows, 1)?.reshape(w.shape())?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+struct RmsNormBackward {
+    forward: RmsNorm,
+}
+
+impl CustomOp3 for RmsNormBackward {
+    fn name(&self) -> &'static str {
+        "fused-rms-norm-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = f32s(s1, l1, self.name())?;
+        let x = f32s(s2, l2, self.name())?;
+        let w = f32s(s3, l3, self.name())?;
+        let n = w.len();
+        let rows = x.len() / n;
+        let mut out = vec![0f32; (rows + 1) * n];
+        let (dx, dw_out) = out.split_at_mut(rows * n);
+        // dx_i = r (g_i w_i) − x_i r³ / n × Σ_j g_j w_j x_j, with r = 1 / rms(x);
+        // dw_i = Σ_rows g_i x_i r.
+        let dw = dx
+            .par_chunks_mut(n)
+            .enumerate()
+            .with_min_len(min_rows(n))
+            .fold(
+                || vec![0f32; n],
+                |mut acc, (r, row)| {
+                    let (gs, xs) = (&g[r * n..(r + 1) * n], &x[r * n..(r + 1) * n]);
+                    let inv = self.forward.inv_rms(xs);
+                    let dot: f32 = gs
+                        .iter()
+                        .zip(xs)
+                        .zip(w)
+                        .map(|((&gi, &xi), &wi)| gi * wi * xi)
+                        .sum();
+                    let k = inv * inv * inv * dot / n as f32;
+                    for (i, o) in row.iter_mut().enumerate() {
+                        *o = inv * gs[i] * w[i] - xs[i] * k;
+                        acc[i] += gs[i] * xs[i] * inv;
+                    }
+                    acc
+                },
+            )
+            .reduce(
+                || vec![0f32; n],
+                |mut a, b| {
+                    for (ai, bi) in a.iter_mut().zip(&b) {
+                        *ai += bi;
+                    }
+                    a
+                },
+            );
+        dw_out.copy_from_slice(&dw);
+        Ok((CpuStorage::F32(out), Shape::from((rows + 1, n))))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotate-half RoPE.
+
+/// `x × cos + rotate_half(x) × sin` for `x: (b, h, l, d)` and tables `cos, sin: (b, 1, l, d)`
+/// (the halves repeated), as Hugging Face's rotate-half layout computes it. The tables are
+/// constants: they get no gradient.
+pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let (b, h, l, d) = x.dims4()?;
+    if cos.dims() != [b, 1, l, d] || sin.dims() != [b, 1, l, d] || d % 2 != 0 {
+        bail!(
+            "fused RoPE: x is {:?}, tables {:?} and {:?}; expected tables [{b}, 1, {l}, {d}] and \
+             an even head width",
+            x.dims(),
+            cos.dims(),
+            sin.dims()
+        )
+    }
+    x.contiguous()?.apply_op3(
+        &cos.contiguous()?,
+        &sin.contiguous()?,
+        Rope {
+            n_heads: h,
+            n_positions: l,
+            transpose: false,
+        },
+    )
+}
+
+#[derive(Clone, Copy)]
+struct Rope {
+    n_heads: usize,
+    n_positions: usize,
+    /// Apply the transposed rotation (the backward pass).
+    transpose: bool,
+}
+
+impl CustomOp3 for Rope {
+    fn name(&self) -> &'static str {
+        "fused-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s1, l1, self.name())?;
+        let cos = f32s(s2, l2, self.name())?;
+        let sin = f32s(s3, l3, self.name())?;
+        let d = last_dim(l1.shape(), self.name())?;
+        let half = d / 2;
+        let per_batch = self.n_heads * self.n_positions;
+        let mut out = vec![0f32; x.len()];
+        for_rows(&mut out, d, |r, row| {
+            let table = ((r / per_batch) * self.n_positions + r % self.n_positions) * d;
+            let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
+            let xs = &x[r * d..(r + 1) * d];
+            if self.transpose {
+                // The adjoint of y = x c + rot(x) s, rot(x) = (−x₂, x₁):
+                // dx₁ = g₁ c₁ + g₂ s₂, dx₂ = g₂ c₂ − g₁ s₁.
+                for i in 0..half {
+                    row[i] = xs[i] * c[i] + xs[i + half] * s[i + half];
+                    row[i + half] = xs[i + half] * c[i + half] - xs[i] * s[i];
+                }
+            } else {
+                for i in 0..half {
+                    row[i] = xs[i] * c[i] - xs[i + half] * s[i];
+                    row[i + half] = xs[i + half] * c[i + half] + xs[i] * s[i + half];
+                }
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let grad = grad_res.contiguous()?.apply_op3_no_bwd(
+            cos,
+            sin,
+            &Rope {
+                transpose: !self.transpose,
+                ..*self
+            },
+        )?;
+        Ok((Some(grad), None, None))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SiLU gating (the SwiGLU product).
+
+/// `silu(gate) × up`, elementwise, for tensors of one shape.
+pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if gate.dims() != up.dims() {
+        bail!(
+            "fused SiLU gating: gate is {:?} but up is {:?}",
+            gate.dims(),
+            up.dims()
+        )
+    }
+    gate.contiguous()?.apply_op2(&up.contiguous()?, SiluMul)
+}
+
+struct SiluMul;
+
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+impl CustomOp2 for SiluMul {
+    fn name(&self) -> &'static str {
+        "fused-silu-mul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let a = f32s(s1, l1, self.name())?;
+        let b = f32s(s2, l2, self.name())?;
+        let mut out = vec![0f32; a.len()];
+        for_rows(&mut out, CHUNK, |c, chunk| {
+            let start = c * CHUNK;
+            for (i, o) in chunk.iter_mut().enumerate() {
+                let (ai, bi) = (a[start + i], b[start + i]);
+                *o = ai * sigmoid(ai) * bi;
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        // One pass computes both: the first half of the result is d gate, the second d up.
+        let n = gate.elem_count();
+        let both = grad_res
+            .contiguous()?
+            .apply_op3_no_bwd(gate, up, &SiluMulBackward)?;
+        let d_gate = both.narrow(0, 0, n)?.reshape(gate.shape())?;
+        let d_up = both.narrow(0, n, n)?.reshape(up.shape())?;
+        Ok((Some(d_gate), Some(d_up)))
+    }
+}
+
+struct SiluMulBackward;
+
+impl CustomOp3 for SiluMulBackward {
+    fn name(&self) -> &'static str {
+        "fused-silu-mul-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = f32s(s1, l1, self.name())?;
+        let a = f32s(s2, l2, self.name())?;
+        let b = f32s(s3, l3, self.name())?;
+        let n = a.len();
+        let mut out = vec![0f32; 2 * n];
+        let (d_gate, d_up) = out.split_at_mut(n);
+        d_gate
+            .par_chunks_mut(CHUNK)
+            .zip(d_up.par_chunks_mut(CHUNK))
+            .enumerate()
+            .for_each(|(c, (dg, du))| {
+                let start = c * CHUNK;
+                for i in 0..dg.len() {
+                    let (gi, ai, bi) = (g[start + i], a[start + i], b[start + i]);
+                    let s = sigmoid(ai);
+                    // silu'(a) = s (1 + a (1 − s)).
+                    dg[i] = gi * bi * s * (1.0 + ai * (1.0 - s));
+                    du[i] = gi * ai * s;
+                }
+            });
+        Ok((CpuStorage::F32(out), Shape::from(2 * n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{D, DType, Device, Var};
+
+    use super::super::testing::{check, max_abs_diff, values, var};
+    use super::*;
+
+    #[test]
+    fn token_stats_match_log_softmax_gather_and_entropy_forward_and_backward() {
+        let (n, v) = (7, 41);
+        let targets: Vec<u32> = (0..n as u32).map(|r| (r * 13 + 5) % v as u32).collect();
+        let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+        // Larger logits than `values` gives, so some rows are peaked and some flat.
+        let logits = var(&[n, v], 3);
+        let scaled = Var::from_tensor(&(logits.as_tensor() * 6.0).unwrap()).unwrap();
+        check(
+            &[scaled],
+            |t| token_stats(&t[0], &targets).unwrap(),
+            |t| {
+                let logp = candle_nn::ops::log_softmax(&t[0], D::Minus1).unwrap();
+                let picked = logp.gather(&targets.unsqueeze(1).unwrap(), 1).unwrap();
+                let entropy = (logp.exp().unwrap() * &logp)
+                    .unwrap()
+                    .sum_keepdim(1)
+                    .unwrap()
+                    .neg()
+                    .unwrap();
+                let lse = (t[0].narrow(1, 0, 1).unwrap() - logp.narrow(1, 0, 1).unwrap()).unwrap();
+                Tensor::cat(&[picked, entropy, lse], 1).unwrap()
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn token_stats_name_a_target_outside_the_vocabulary() {
+        let logits = Tensor::zeros((2, 5), DType::F32, &Device::Cpu).unwrap();
+        let targets = Tensor::new(&[1u32, 5], &Device::Cpu).unwrap();
+        let err = token_stats(&logits, &targets).unwrap_err().to_string();
+        assert!(
+            err.contains("target id 5") && err.contains("vocabulary of 5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn masked_softmax_matches_where_cond_then_softmax() {
+        let (b, h, l) = (2, 3, 6);
+        // Causal, and the first two keys of batch row 1 are padding (but a query sees itself).
+        let mut mask = vec![0u8; b * l * l];
+        for bi in 0..b {
+            for i in 0..l {
+                for j in 0..=i {
+                    let padding = bi == 1 && j < 2 && j != i;
+                    mask[(bi * l + i) * l + j] = u8::from(!padding);
+                }
+            }
+        }
+        let allowed = Tensor::from_vec(mask, (b, 1, l, l), &Device::Cpu).unwrap();
+        let scale = 0.37;
+        check(
+            &[var(&[b, h, l, l], 2)],
+            |t| masked_softmax(&t[0], &allowed, scale).unwrap(),
+            |t| {
+                let scores = (&t[0] * scale).unwrap();
+                let neg_inf = Tensor::new(f32::NEG_INFINITY, &Device::Cpu)
+                    .unwrap()
+                    .broadcast_as(scores.shape())
+                    .unwrap();
+                let masked = allowed
+                    .broadcast_as(scores.shape())
+                    .unwrap()
+                    .where_cond(&scores, &neg_inf)
+                    .unwrap();
+                candle_nn::ops::softmax(&masked, D::Minus1).unwrap()
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn a_query_that_sees_no_key_gets_zeros_not_nan() {
+        let scores = Tensor::ones((1, 1, 2, 2), DType::F32, &Device::Cpu).unwrap();
+        let allowed = Tensor::from_vec(vec![0u8, 0, 1, 1], (1, 1, 2, 2), &Device::Cpu).unwrap();
+        let probs = masked_softmax(&scores, &allowed, 1.0).unwrap();
+        let got: Vec<f32> = probs.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(got, vec![0.0, 0.0, 0.5, 0.5]);
+    }
+
+    #[test]
+    fn rms_norm_matches_rms_norm_slow_forward_and_backward() {
+        check(
+            &[var(&[4, 3, 16], 3), var(&[16], 4)],
+            |t| rms_norm(&t[0], &t[1], 1e-6).unwrap(),
+            |t| candle_nn::ops::rms_norm_slow(&t[0], &t[1], 1e-6).unwrap(),
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn rope_matches_the_rotate_half_composition_forward_and_backward() {
+        let (b, h, l, d) = (2, 3, 5, 8);
+        let cos = Tensor::from_vec(values(b * l * d, 5), (b, 1, l, d), &Device::Cpu).unwrap();
+        let sin = Tensor::from_vec(values(b * l * d, 6), (b, 1, l, d), &Device::Cpu).unwrap();
+        check(
+            &[var(&[b, h, l, d], 7)],
+            |t| rope(&t[0], &cos, &sin).unwrap(),
+            |t| {
+                let x = &t[0];
+                let x1 = x.narrow(D::Minus1, 0, d / 2).unwrap();
+                let x2 = x.narrow(D::Minus1, d / 2, d / 2).unwrap();
+                let rotated = Tensor::cat(&[&x2.neg().unwrap(), &x1], D::Minus1).unwrap();
+                (x.broadcast_mul(&cos).unwrap() + rotated.broadcast_mul(&sin).unwrap()).unwrap()
+            },
+            1e-5,
+        );
+    }
+
+    #[test]
+    fn silu_mul_matches_silu_times_up_forward_and_backward() {
+        // More elements than one parallel chunk, so the chunk offsets are exercised.
+        let shape = [3, CHUNK / 2 + 5];
+        check(
+            &[var(&shape, 8), var(&shape, 9)],
+            |t| silu_mul(&t[0], &t[1]).unwrap(),
+            |t| (t[0].silu().unwrap() * &t[1]).unwrap(),
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn inputs_in_other_layouts_are_refused_or_made_contiguous() {
+        let x = var(&[4, 6], 10);
+        // A transposed (strided) input is made contiguous first.
+        let t = x.as_tensor().t().unwrap();
+        let targets = Tensor::new(&[0u32, 1, 2, 3, 0, 1], &Device::Cpu).unwrap();
+        let fused = token_stats(&t, &targets).unwrap().narrow(1, 0, 1).unwrap();
+        let composed = candle_nn::ops::log_softmax(&t, D::Minus1)
+            .unwrap()
+            .gather(&targets.unsqueeze(1).unwrap(), 1)
+            .unwrap();
+        assert!(max_abs_diff(&fused, &composed) < 1e-5);
+        let w = Tensor::ones(5, DType::F32, &Device::Cpu).unwrap();
+        let err = rms_norm(x.as_tensor(), &w, 1e-6).unwrap_err().to_string();
+        assert!(
+            err.contains("fused RMSNorm") && err.contains("[6]"),
+            "{err}"
+        );
+    }
+}

@@ -13,7 +13,7 @@
 use candle_core::{CpuStorage, DType, Storage, StorageRef, Tensor, TensorId};
 use rayon::prelude::*;
 
-use super::cpu::decode_ops::{KeysValues, attend_one, rows_times_weights};
+use super::cpu::decode_ops::{KeysValues, attend_one, rms_norm_rows, rows_times_weights};
 use super::{KvCache, Policy};
 
 /// Whether [`Policy::generate`] decodes with [`Policy::decode_step`].
@@ -145,18 +145,6 @@ impl DecodeState {
             *buffer = grown;
         }
         self.capacity = capacity;
-    }
-}
-
-/// `out = x / rms(x) · w` for each row of `x` (rows as long as `w`).
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let dim = w.len();
-    for (row, out_row) in x.chunks(dim).zip(out.chunks_mut(dim)) {
-        let mean_square = row.iter().map(|v| v * v).sum::<f32>() / dim as f32;
-        let rms = (mean_square + eps).sqrt();
-        for ((o, &v), &g) in out_row.iter_mut().zip(row).zip(w) {
-            *o = v / rms * g;
-        }
     }
 }
 

@@ -9,6 +9,7 @@
 //! runs four quantised products.
 
 use super::TransformerConfig;
+use super::cpu::decode_ops::rms_norm_rows;
 use super::quant::{self, Kernel, Q8Rows, QMatrix};
 
 /// One decoder layer's weights.
@@ -145,7 +146,7 @@ impl QLlama {
         let mut gate_up = vec![0f32; l * 2 * self.intermediate];
         let mut act = vec![0f32; l * self.intermediate];
         for (layer, (k_cache, v_cache)) in self.layers.iter().zip(self.cache.iter_mut()) {
-            rms_norm(&x, &layer.attn_norm, self.eps, &mut normed);
+            rms_norm_rows(&x, &layer.attn_norm, self.eps, &mut normed);
             let xq = Q8Rows::quantize(l, h, &normed);
             quant::matmul(&layer.qkv, &xq, &mut qkv, self.kernel);
             k_cache.truncate(past * kv_width);
@@ -171,7 +172,7 @@ impl QLlama {
             quant::matmul(&layer.attn_output, &aq, &mut proj, self.kernel);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
 
-            rms_norm(&x, &layer.ffn_norm, self.eps, &mut normed);
+            rms_norm_rows(&x, &layer.ffn_norm, self.eps, &mut normed);
             let xq = Q8Rows::quantize(l, h, &normed);
             quant::matmul(&layer.gate_up, &xq, &mut gate_up, self.kernel);
             let n_i = self.intermediate;
@@ -187,24 +188,12 @@ impl QLlama {
         }
         let last = &x[(l - 1) * h..];
         let mut normed_last = vec![0f32; h];
-        rms_norm(last, &self.final_norm, self.eps, &mut normed_last);
+        rms_norm_rows(last, &self.final_norm, self.eps, &mut normed_last);
         let xq = Q8Rows::quantize(1, h, &normed_last);
         let head = self.head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; head.n_rows()];
         quant::matmul(head, &xq, &mut logits, self.kernel);
         Ok(logits)
-    }
-}
-
-/// RMSNorm of each `w.len()`-wide row of `x` into `out`.
-fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let width = w.len();
-    for (row, out) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-        let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
-        let scale = 1.0 / (mean_sq + eps).sqrt();
-        for ((o, &v), &g) in out.iter_mut().zip(row).zip(w) {
-            *o = v * scale * g;
-        }
     }
 }
 

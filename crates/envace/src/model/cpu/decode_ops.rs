@@ -97,6 +97,19 @@ impl<'a> View4<'a> {
     }
 }
 
+/// RMSNorm of rows on the CPU, for the decode paths (dense and quantised): `out = x / rms(x) · w`
+/// for each row of `x` (rows as long as `w`), divided as candle's kernel divides.
+pub(crate) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = w.len();
+    for (row, out_row) in x.chunks(dim).zip(out.chunks_mut(dim)) {
+        let mean_square = row.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let rms = (mean_square + eps).sqrt();
+        for ((o, &v), &g) in out_row.iter_mut().zip(row).zip(w) {
+            *o = v / rms * g;
+        }
+    }
+}
+
 /// The cached keys and values one query head attends over: `n` rows each, `k_stride` and
 /// `v_stride` values apart.
 pub(crate) struct KeysValues<'a> {

@@ -238,7 +238,7 @@ fn best_run(runs: &[Value]) -> Result<&Value> {
 }
 
 /// Threads for every side: `$ENVACE_BENCH_THREADS`, else the CPUs available.
-fn bench_threads() -> Result<usize> {
+pub(crate) fn bench_threads() -> Result<usize> {
     match std::env::var("ENVACE_BENCH_THREADS") {
         Ok(text) if !text.is_empty() => {
             text.parse::<usize>()
@@ -253,7 +253,7 @@ fn bench_threads() -> Result<usize> {
 }
 
 /// The SmolLM2 GGUF in the cache folder, or an error saying to run `cargo xtask setup`.
-fn smollm2_gguf() -> Result<PathBuf> {
+pub(crate) fn smollm2_gguf() -> Result<PathBuf> {
     let path = crate::setup::cache_dir()
         .join("models")
         .join("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -268,7 +268,7 @@ fn smollm2_gguf() -> Result<PathBuf> {
 }
 
 /// The cache folder holding `gguf` (`<cache>/models/<file>`), for our side to read it from.
-fn gguf_cache_dir(gguf: &Path) -> Result<PathBuf> {
+pub(crate) fn gguf_cache_dir(gguf: &Path) -> Result<PathBuf> {
     gguf.parent()
         .and_then(Path::parent)
         .map(Path::to_path_buf)
@@ -374,7 +374,7 @@ fn pinned_version(requirement: &str) -> &str {
 }
 
 /// Runs a command whose last stdout line is a JSON object, passing stderr through.
-fn run_json(command: &mut Command, what: &str) -> Result<Value> {
+pub(crate) fn run_json(command: &mut Command, what: &str) -> Result<Value> {
     let out = command
         .stderr(Stdio::inherit())
         .output()
@@ -396,7 +396,7 @@ fn field<'a>(value: &'a Value, key: &str) -> Result<&'a Value> {
         .with_context(|| format!("the benchmark output has no field {key:?}: {value}"))
 }
 
-fn number(value: &Value, key: &str) -> Result<f64> {
+pub(crate) fn number(value: &Value, key: &str) -> Result<f64> {
     field(value, key)?
         .as_f64()
         .with_context(|| format!("field {key:?} is not a number: {value}"))
@@ -464,7 +464,7 @@ fn without(value: &Value, key: &str) -> Value {
     value
 }
 
-fn ratio(ours: f64, peer: f64, target: f64) -> Value {
+pub(crate) fn ratio(ours: f64, peer: f64, target: f64) -> Value {
     let value = ours / peer;
     json!({
         "value": (value * 1000.0).round() / 1000.0,
@@ -474,7 +474,7 @@ fn ratio(ours: f64, peer: f64, target: f64) -> Value {
 }
 
 /// `/proc/loadavg`'s 1, 5 and 15 minute load averages (empty where there is none).
-fn load_avg() -> Vec<f64> {
+pub(crate) fn load_avg() -> Vec<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()

@@ -235,7 +235,7 @@ fn stat(values: &[f64]) -> Value {
 }
 
 /// The CPU this ran on: model name and the vector extensions that matter for our kernels.
-fn cpu() -> Value {
+pub(crate) fn cpu() -> Value {
     let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = text
         .lines()

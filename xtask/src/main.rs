@@ -4,6 +4,7 @@ mod bench;
 mod bench_chart;
 mod bench_runs;
 mod bench_science;
+mod bench_serve;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -233,6 +234,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),
+        Some("serve") => bench_serve::serve(root),
         Some("science") => bench_science::science(
             root,
             &bench_science::parse_seeds(args)?,
@@ -240,12 +242,12 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         ),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, rollout, quickstart, chart, science"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, serve, rollout, quickstart, chart, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, rollout, quickstart, chart, science"
+                "no benchmark named {name:?}; the benchmarks are: model, serve, rollout, quickstart, chart, science"
             )
         }
     }

@@ -8,13 +8,16 @@
 //! per-architecture difference; each architecture's `config.json` dialect lives in its own file
 //! (`qwen3.rs`, `llama.rs`); the ops are in `layers.rs`.
 //!
-//! Two forward paths:
-//! - [`Policy::forward_train`]: the whole sequence, built only from ops with a working backward
-//!   pass, with a causal + padding mask; every parameter receives its gradient.
-//! - [`Policy::forward_cached`]: generation on detached weights with a [`KvCache`] and candle's
-//!   fused kernels; batched with left padding, each row's positions starting after its padding.
+//! Which execution path runs when, and on which kernels (`cpu/` holds ours):
 //!
-//! Both paths compute positions from the attention mask (`position = number of real tokens
+//! | path | runs when | on the CPU in f32 | elsewhere (CUDA, other dtypes) |
+//! |---|---|---|---|
+//! | training forward, [`Policy::forward_train`] | SFT and GRPO losses: the whole sequence, causal + padding mask, every parameter gets its gradient | `cpu::train_ops` (fused, with a real backward) | candle's composed ops, whose backward works on every backend |
+//! | prompt pass, [`Policy::forward_cached`] | the prompt of every generation, into a [`KvCache`]; batched with left padding | candle's fused inference ops, `cpu::decode_ops::small_linear` for few-row products | candle's fused inference ops |
+//! | decode step (`decode.rs`) | each new token of [`Policy::generate`] after the prompt | plain loops over the weights, `cpu::decode_ops` and `cpu::quant`'s f32 primitives | [`Policy::forward_cached`] one position at a time |
+//! | quantised decode (`qllama.rs`, [`QuantizedLlama`]) | a GGUF served by `serve-model` (also when it is the external simulator) on its quantised weights | `cpu::quant`: Q4_1 / Q8_0 weights times Q8_1 activations | candle's `quantized_llama` |
+//!
+//! The training forward and the prompt pass compute positions from the attention mask (`position = number of real tokens
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
 mod assets;

@@ -2,14 +2,7 @@
 //! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), and the
 //! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
 //!
-//! Which execution path runs which kernels:
-//!
-//! | path | when | kernels |
-//! |---|---|---|
-//! | training forward (`Policy::forward_train`) | SFT and GRPO losses | `train_ops` on f32 CPU tensors; candle's composed ops elsewhere (CUDA, other dtypes) |
-//! | prompt pass (`Policy::forward_cached`) | the prompt of every generation; decoding off the CPU | candle's fused inference ops, `decode_ops::small_linear` for few-row products |
-//! | decode step (`model/decode.rs`) | each new token of a dense f32 policy on the CPU | `decode_ops` (attention over the cache, few-row products) and `quant`'s f32 primitives |
-//! | quantised decode (`model/qllama.rs`) | a GGUF served or simulated on its quantised weights on the CPU | `quant` (Q4_1 / Q8_0 weights times Q8_1 activations) |
+//! Which execution path runs which of them is tabled at the top of `model/mod.rs`.
 //!
 //! [`applies`] tells callers whether a tensor can take these kernels (f32 on the CPU).
 

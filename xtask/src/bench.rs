@@ -50,19 +50,7 @@ pub fn model(root: &Path) -> Result<()> {
     let venv = ensure_venv(&root.join("target").join("bench").join("venv"))?;
     let load_start = load_avg();
 
-    crate::cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--package",
-        "envace",
-        "--example",
-        "model_bench",
-    ])?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let ours_bin = target.join("release").join("examples").join("model_bench");
+    let ours_bin = crate::bench_runs::release_example(root, "model_bench")?;
     // RAYON_NUM_THREADS also spares candle 0.11.1 from counting physical cores (reading
     // /proc/cpuinfo) on every matmul, which otherwise makes single-stream decoding of the tiny
     // model about four times slower.
@@ -184,16 +172,7 @@ pub fn model(root: &Path) -> Result<()> {
             "batch16_vs_single": ratio(batched_tps, single_tps, TARGET_BATCH16_VS_SINGLE),
         },
     });
-    let out_dir = root.join("target").join("bench");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("cannot create {}", out_dir.display()))?;
-    let out_path = out_dir.join("model.json");
-    let line = result.to_string();
-    std::fs::write(&out_path, format!("{line}\n"))
-        .with_context(|| format!("cannot write {}", out_path.display()))?;
-    eprintln!("xtask: wrote {}", out_path.display());
-    println!("{line}");
-    Ok(())
+    crate::bench_runs::write_result(root, "model", &result)
 }
 
 /// Runs a peer script on `n_threads` threads and, when that is more than one, on one thread

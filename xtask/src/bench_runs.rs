@@ -20,6 +20,20 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
+/// Builds the `envace` crate's example `name` in release and returns the path of its binary.
+pub(crate) fn release_example(root: &Path, name: &str) -> Result<PathBuf> {
+    crate::cargo(&[
+        "build",
+        "--locked",
+        "--release",
+        "--package",
+        "envace",
+        "--example",
+        name,
+    ])?;
+    Ok(target_dir(root).join("release").join("examples").join(name))
+}
+
 fn threads() -> String {
     std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| {
         std::thread::available_parallelism()
@@ -28,6 +42,7 @@ fn threads() -> String {
     })
 }
 
+/// Writes a benchmark's JSON to `target/bench/NAME.json` and prints it as the last stdout line.
 pub(crate) fn write_result(root: &Path, name: &str, result: &Value) -> Result<()> {
     let out_dir = root.join("target").join("bench");
     std::fs::create_dir_all(&out_dir)
@@ -44,19 +59,7 @@ pub(crate) fn write_result(root: &Path, name: &str, result: &Value) -> Result<()
 /// `cargo xtask bench rollout`: episodes per minute and generated tokens/s with the real
 /// environment and with rehearsal, on the quickstart config, in one run.
 pub fn rollout(root: &Path) -> Result<()> {
-    crate::cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--package",
-        "envace",
-        "--example",
-        "rollout_bench",
-    ])?;
-    let bin = target_dir(root)
-        .join("release")
-        .join("examples")
-        .join("rollout_bench");
+    let bin = release_example(root, "rollout_bench")?;
     let mut command = Command::new(&bin);
     command
         .args(["--episodes", "16"])

@@ -4,7 +4,7 @@
 //! run the fastest path, not just reach it from a benchmark.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -156,21 +156,10 @@ pub fn serve(root: &Path) -> Result<()> {
         .context("cannot resolve the path of the SmolLM2 GGUF")?;
     let load_start = load_avg();
     crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
-    crate::cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--package",
-        "envace",
-        "--example",
-        "model_bench",
-    ])?;
-    let release = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("release");
-    let envace = release.join("envace");
-    let model_bench = release.join("examples").join("model_bench");
+    let model_bench = crate::bench_runs::release_example(root, "model_bench")?;
+    let envace = crate::bench_runs::target_dir(root)
+        .join("release")
+        .join("envace");
 
     eprintln!("xtask: in-process quantised decoding ({n_threads} threads)");
     let in_process = run_json(
@@ -225,14 +214,5 @@ pub fn serve(root: &Path) -> Result<()> {
             "served_q4_1_vs_served_f32": ratio(served_q4, served_f32, 1.5),
         },
     });
-    let out_dir = root.join("target").join("bench");
-    std::fs::create_dir_all(&out_dir)
-        .with_context(|| format!("cannot create {}", out_dir.display()))?;
-    let out_path = out_dir.join("serve.json");
-    let line = result.to_string();
-    std::fs::write(&out_path, format!("{line}\n"))
-        .with_context(|| format!("cannot write {}", out_path.display()))?;
-    eprintln!("xtask: wrote {}", out_path.display());
-    println!("{line}");
-    Ok(())
+    crate::bench_runs::write_result(root, "serve", &result)
 }

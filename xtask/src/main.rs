@@ -165,9 +165,7 @@ fn count_before(summary: &str, word: &str) -> u64 {
 
 fn main_job(root: &Path) -> Result<()> {
     setup::ensure_all()?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = bench_runs::target_dir(root);
     let has_display = ["DISPLAY", "WAYLAND_DISPLAY"]
         .iter()
         .any(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()));

@@ -810,15 +810,10 @@ fn judge_as_shown(
     trajectory: &[Message],
     turns: &[TurnRecord],
 ) -> Option<f64> {
+    // Only calls a simulator answered carry their real counterpart.
     let pairs: Vec<(&Value, &Value)> = turns
         .iter()
         .flat_map(|turn| &turn.calls)
-        .filter(|call| {
-            matches!(
-                call.source,
-                ResponseSource::Rehearse | ResponseSource::External
-            )
-        })
         .filter_map(|call| Some((&call.response, call.real.as_ref()?)))
         .collect();
     if pairs.is_empty() {

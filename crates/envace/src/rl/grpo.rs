@@ -606,6 +606,11 @@ pub fn train(
     };
     let started = Instant::now();
     let resumed_at = session.next_step;
+    // Each pool task's family, for the per-family metrics of every step.
+    let families: std::collections::HashMap<&str, &'static str> = pool
+        .iter()
+        .map(|task| (task.id.as_str(), task.family))
+        .collect();
     for step in session.next_step..last_step {
         if hooks.poll() == Flow::Stop {
             session.writer.flush()?;
@@ -729,11 +734,7 @@ pub fn train(
         );
         metrics.insert("rl/rollout_rounds".to_owned(), rollouts.n_rounds as f64);
         metrics.insert("rl/lr".to_owned(), lr);
-        let family_of = |task_id: &str| {
-            pool.iter()
-                .find(|task| task.id == task_id)
-                .map(|task| task.family)
-        };
+        let family_of = |task_id: &str| families.get(task_id).copied();
         metrics.extend(family_metrics(&episodes, &trained, &family_of));
         let pairs: Vec<(&str, Scores)> = episodes
             .iter()

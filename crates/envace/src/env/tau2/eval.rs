@@ -25,48 +25,15 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::chat::{Role, ToolCall};
+use crate::chat::{Message, Role, ToolCall, TurnParse, parse_tool_calls};
 use crate::env::{Environment, ToolOutcome};
 use crate::error::{Error, Result};
 
 use super::task::{Action, RewardType, Task};
 use super::{Tau2Domain, Tau2Env};
 
-/// One message of a trajectory, as far as grading needs it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Message {
-    /// Sender.
-    pub role: Role,
-    /// Text, if any.
-    pub content: Option<String>,
-    /// Tool calls, if any.
-    pub tool_calls: Vec<ToolCall>,
-}
-
-impl Message {
-    /// An assistant message with text only.
-    pub fn assistant_text(text: impl Into<String>) -> Self {
-        Message {
-            role: Role::Assistant,
-            content: Some(text.into()),
-            tool_calls: Vec::new(),
-        }
-    }
-
-    /// An assistant message with one tool call.
-    pub fn assistant_call(name: impl Into<String>, arguments: Map<String, Value>) -> Self {
-        Message {
-            role: Role::Assistant,
-            content: None,
-            tool_calls: vec![ToolCall {
-                name: name.into(),
-                arguments,
-            }],
-        }
-    }
-}
-
-/// The gold trajectory of a task: one assistant call per gold action, then (when
+/// The gold trajectory of a task: one message per gold action holding its call as the model
+/// writes it (from the assistant, or from the user when the user requests it), then (when
 /// `tell_user`) one assistant message stating every `communicate_info` string.
 pub fn gold_trajectory(task: &Task, tell_user: bool) -> Vec<Message> {
     let criteria = task.evaluation_criteria.as_ref();
@@ -75,16 +42,21 @@ pub fn gold_trajectory(task: &Task, tell_user: bool) -> Vec<Message> {
         .into_iter()
         .flatten()
         .map(|action| {
-            let mut message = Message::assistant_call(&action.name, action.arguments.clone());
-            if action.requestor == "user" {
-                message.role = Role::User;
-            }
-            message
+            let role = if action.requestor == "user" {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            let call = ToolCall {
+                name: action.name.clone(),
+                arguments: action.arguments.clone(),
+            };
+            Message::new(role, call.to_block())
         })
         .collect();
     let infos = criteria.and_then(|c| c.communicate_info.as_ref());
     if tell_user && let Some(infos) = infos.filter(|infos| !infos.is_empty()) {
-        messages.push(Message::assistant_text(infos.join("; ")));
+        messages.push(Message::new(Role::Assistant, infos.join("; ")));
     }
     messages
 }
@@ -181,7 +153,11 @@ pub struct RewardReport {
     pub actions: Vec<ActionCheck>,
 }
 
-/// Grades a trajectory against a task of this domain.
+/// Grades a trajectory against a task of this domain. The trajectory is the conversation as
+/// the model sees it (the engine's chat messages, e.g. a rollout's acting conversation): the
+/// calls of an assistant or user message are its well-formed `<tool_call>` blocks (malformed
+/// ones call nothing), its text is what lies outside them, and tool and system messages are
+/// neither calls nor statements.
 pub fn evaluate(domain: &Arc<Tau2Domain>, task: &Task, trajectory: &[Message]) -> RewardReport {
     let Some(criteria) = task.evaluation_criteria.as_ref() else {
         return RewardReport {
@@ -195,13 +171,19 @@ pub fn evaluate(domain: &Arc<Tau2Domain>, task: &Task, trajectory: &[Message]) -
         };
     };
 
+    let parsed: Vec<(Role, TurnParse)> = trajectory
+        .iter()
+        .filter(|m| matches!(m.role, Role::Assistant | Role::User))
+        .map(|m| (m.role, parse_tool_calls(&m.content)))
+        .collect();
+
     // DB.
     let (db_reward, db) = if criteria.actions.is_none() && criteria.env_assertions.is_none() {
         (1.0, None)
     } else {
         let mut predicted = domain.env(0);
-        for message in trajectory.iter().filter(|m| m.role == Role::Assistant) {
-            for call in &message.tool_calls {
+        for (_, turn) in parsed.iter().filter(|(role, _)| *role == Role::Assistant) {
+            for call in turn.valid_calls() {
                 if predicted.mutates_state(&call.name) {
                     predicted.call(&call.name, &Value::Object(call.arguments.clone()));
                 }
@@ -227,12 +209,14 @@ pub fn evaluate(domain: &Arc<Tau2Domain>, task: &Task, trajectory: &[Message]) -
         .flatten()
         .map(|info| {
             let wanted = info.to_lowercase();
-            let met = trajectory.iter().any(|m| {
-                m.role == Role::Assistant
-                    && m.content.as_deref().is_some_and(|text| {
-                        !text.trim().is_empty()
-                            && text.to_lowercase().replace(',', "").contains(&wanted)
-                    })
+            let met = parsed.iter().any(|(role, turn)| {
+                *role == Role::Assistant
+                    && !turn.content.is_empty()
+                    && turn
+                        .content
+                        .to_lowercase()
+                        .replace(',', "")
+                        .contains(&wanted)
             });
             CommunicateCheck {
                 info: info.clone(),
@@ -247,10 +231,9 @@ pub fn evaluate(domain: &Arc<Tau2Domain>, task: &Task, trajectory: &[Message]) -
     };
 
     // ACTION.
-    let calls: Vec<&ToolCall> = trajectory
+    let calls: Vec<&ToolCall> = parsed
         .iter()
-        .filter(|m| m.role != Role::Tool)
-        .flat_map(|m| &m.tool_calls)
+        .flat_map(|(_, turn)| turn.valid_calls())
         .collect();
     let actions: Vec<ActionCheck> = criteria
         .actions

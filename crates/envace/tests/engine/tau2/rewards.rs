@@ -4,10 +4,10 @@
 //! of airline task 7 and retail tasks 0 and 33 were also obtained from the reference evaluators
 //! (`EnvironmentEvaluator`, `CommunicateEvaluator`, `ActionEvaluator` at the fixtures' commit).
 
-use envace::chat::ToolCall;
+use envace::chat::{Message, Role, ToolCall};
 use envace::env::tau2::eval::{
-    Message, Reward, action_matches, evaluate, gold_trajectory, is_successful, pass_hat_k,
-    pass_hat_ks, py_eq,
+    Reward, action_matches, evaluate, gold_trajectory, is_successful, pass_hat_k, pass_hat_ks,
+    py_eq,
 };
 use envace::env::tau2::{Action, RewardType, Task};
 use serde_json::{Map, Value, json};
@@ -63,12 +63,11 @@ fn a_changed_argument_loses_db_and_action() {
     let domain = airline();
     let task = task(domain, "7");
     let mut trajectory = gold_trajectory(task, true);
-    let call = trajectory
+    let message = trajectory
         .iter_mut()
-        .flat_map(|m| &mut m.tool_calls)
-        .find(|c| c.name == "update_reservation_flights")
+        .find(|m| m.content.contains("\"update_reservation_flights\""))
         .unwrap();
-    call.arguments["cabin"] = json!("economy");
+    message.content = message.content.replace("\"business\"", "\"economy\"");
     let report = evaluate(domain, task, &trajectory);
     assert_eq!(report.db_reward, 0.0);
     assert!(!report.db.as_ref().unwrap().matched);
@@ -98,12 +97,58 @@ fn silence_loses_communicate_only() {
     assert_eq!(report.reward, Reward::Scored(0.0));
     // Commas are ignored and case does not matter.
     let mut trajectory = gold_trajectory(task, false);
-    trajectory.push(Message::assistant_text(
+    trajectory.push(Message::new(
+        Role::Assistant,
         "The difference is $1,628 in total.",
     ));
     assert_eq!(
         evaluate(domain, task, &trajectory).reward,
         Reward::Scored(1.0)
+    );
+}
+
+#[test]
+fn calls_are_read_from_the_text_the_model_writes() {
+    let domain = airline();
+    let task = task(domain, "7");
+    // The gold calls and the statement in one assistant message, as a model would write them:
+    // the text outside the blocks is the statement, the blocks are the calls.
+    let blocks: Vec<String> = gold_trajectory(task, false)
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    let one_turn = Message::new(
+        Role::Assistant,
+        format!("{}\nThe difference is $1628.", blocks.join("\n")),
+    );
+    let report = evaluate(domain, task, std::slice::from_ref(&one_turn));
+    assert_eq!(report.reward, Reward::Scored(1.0));
+    // The statement inside a call's arguments is not a statement.
+    let hidden = Message::new(
+        Role::Assistant,
+        ToolCall::new("think", vec![("thought", json!("1628"))]).to_block(),
+    );
+    let mut trajectory = gold_trajectory(task, false);
+    trajectory.push(hidden);
+    assert_eq!(evaluate(domain, task, &trajectory).communicate_reward, 0.0);
+    // A malformed block calls nothing, and tool messages are never calls.
+    let broken: Vec<Message> = gold_trajectory(task, true)
+        .into_iter()
+        .map(|m| Message::new(m.role, m.content.replace("\"arguments\"", "\"args\"")))
+        .collect();
+    let report = evaluate(domain, task, &broken);
+    assert_eq!(
+        (report.action_reward, report.communicate_reward),
+        (0.0, 1.0)
+    );
+    let as_tool: Vec<Message> = gold_trajectory(task, true)
+        .into_iter()
+        .map(|m| Message::new(Role::Tool, m.content))
+        .collect();
+    let report = evaluate(domain, task, &as_tool);
+    assert_eq!(
+        (report.action_reward, report.communicate_reward),
+        (0.0, 0.0)
     );
 }
 
@@ -116,15 +161,15 @@ fn extra_reads_and_failed_writes_do_not_change_the_db_reward() {
         [RewardType::Db]
     );
     let mut trajectory = vec![
-        Message::assistant_call(
+        assistant_call(
             "get_user_details",
             args(json!({"user_id": "noah_patel_6952"})),
         ),
-        Message::assistant_call(
+        assistant_call(
             "cancel_pending_order",
             args(json!({"order_id": "#W0000000", "reason": "no longer needed"})),
         ),
-        Message::assistant_call("no_such_tool", args(json!({}))),
+        assistant_call("no_such_tool", args(json!({}))),
     ];
     trajectory.extend(gold_trajectory(task, true));
     assert_eq!(
@@ -134,14 +179,14 @@ fn extra_reads_and_failed_writes_do_not_change_the_db_reward() {
     // Without the address change the DB differs.
     let reads_only: Vec<Message> = gold_trajectory(task, true)
         .into_iter()
-        .filter(|m| m.tool_calls.iter().all(|c| c.name != "modify_user_address"))
+        .filter(|m| !m.content.contains("\"modify_user_address\""))
         .collect();
     let report = evaluate(domain, task, &reads_only);
     assert_eq!(report.db_reward, 0.0);
     assert_eq!(report.action_reward, 0.0);
     assert_eq!(report.reward, Reward::Scored(0.0));
     // An extra write makes it differ too.
-    trajectory.push(Message::assistant_call(
+    trajectory.push(assistant_call(
         "cancel_pending_order",
         args(json!({"order_id": "#W6779827", "reason": "no longer needed"})),
     ));
@@ -177,6 +222,15 @@ fn action(name: &str, arguments: Value, compare_args: Option<&[&str]>) -> Action
         info: None,
         compare_args: compare_args.map(|keys| keys.iter().map(|k| (*k).to_owned()).collect()),
     }
+}
+
+/// An assistant message holding one call, as the model writes it.
+fn assistant_call(name: &str, arguments: Map<String, Value>) -> Message {
+    let call = ToolCall {
+        name: name.to_owned(),
+        arguments,
+    };
+    Message::new(Role::Assistant, call.to_block())
 }
 
 fn call(name: &str, arguments: Value) -> ToolCall {

@@ -1020,15 +1020,27 @@ impl Policy {
         let context = format!("{:?} training forward", self.cfg.architecture);
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
-        let mut positions = Vec::with_capacity(b * l);
-        for row_mask in mask.chunks(l.max(1)) {
-            let mut n_real = 0u32;
-            for &real in row_mask {
-                positions.push(n_real);
-                n_real += u32::from(real != 0);
-            }
-        }
-        self.run(Mode::Train, input_ids, positions, mask, 0, None)
+        let positions = train_positions(&mask, l);
+        self.run(Mode::Train, input_ids, positions, mask, 0, None, None)
+            .map_err(|e| Error::candle(&context, e))
+    }
+
+    /// Logits `(n, vocab)` of the `n` positions `rows: (n,)` u32 (flat indices into the
+    /// `b × l` positions of `input_ids`), through the same differentiable forward as
+    /// [`Policy::forward_train`]: every layer runs over every position, but the final norm and
+    /// the vocabulary head only over the rows asked for (training reads the logits of its
+    /// trained tokens only, a fraction of a conversation).
+    pub fn forward_train_rows(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        rows: &Tensor,
+    ) -> Result<Tensor> {
+        let context = format!("{:?} training forward", self.cfg.architecture);
+        let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
+        let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
+        let positions = train_positions(&mask, l);
+        self.run(Mode::Train, input_ids, positions, mask, 0, None, Some(rows))
             .map_err(|e| Error::candle(&context, e))
     }
 
@@ -1075,6 +1087,7 @@ impl Policy {
             key_mask,
             past,
             Some(&mut cache.layers),
+            None,
         )
         .and_then(|logits| logits.squeeze(1)?.to_dtype(DType::F32))
         .map_err(|e| Error::candle(&context, e))
@@ -1201,7 +1214,9 @@ impl Policy {
     }
 
     /// Embedding → layers → final norm → head, for the positions given. Returns all positions
-    /// in training mode and the last one (`(b, 1, vocab)`) in generation mode.
+    /// in training mode (or, with `rows`, those flat positions as `(n, vocab)`) and the last
+    /// one (`(b, 1, vocab)`) in generation mode.
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         mode: Mode,
@@ -1210,6 +1225,7 @@ impl Policy {
         key_mask: Vec<u8>,
         past: usize,
         cache: Option<&mut Vec<LayerKv>>,
+        rows: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let (b, l) = input_ids.dims2()?;
         let step = self.step(mode, positions, key_mask, past, (b, l))?;
@@ -1253,6 +1269,10 @@ impl Policy {
         }
         if mode == Mode::Generate {
             x = x.narrow(1, l - 1, 1)?;
+        } else if let Some(rows) = rows {
+            x = x
+                .reshape((b * l, self.cfg.hidden_size))?
+                .index_select(&rows.to_device(&self.device)?, 0)?;
         }
         let x = layers::rms_norm(&x, &norm, self.cfg.rms_norm_eps, mode)?;
         layers::linear(&x, &lm_head)
@@ -1334,6 +1354,20 @@ pub fn target_logprobs_and_entropy(
     let picked = logp.gather(&targets.unsqueeze(2)?, 2)?.squeeze(2)?;
     let entropy = (logp.exp()? * &logp)?.sum(candle_core::D::Minus1)?.neg()?;
     Ok((picked, entropy))
+}
+
+/// The position of each of the `b × l` tokens of a training batch: the count of real tokens
+/// before it in its row (`mask` as [`read_mask`] gives it, rows of `l`).
+fn train_positions(mask: &[u8], l: usize) -> Vec<u32> {
+    let mut positions = Vec::with_capacity(mask.len());
+    for row_mask in mask.chunks(l.max(1)) {
+        let mut n_real = 0u32;
+        for &real in row_mask {
+            positions.push(n_real);
+            n_real += u32::from(real != 0);
+        }
+    }
+    positions
 }
 
 /// The attention mask as `b * l` bytes (1 = real token); all ones when absent.

@@ -171,6 +171,8 @@ pub struct PaddedBatch {
     pub advantage: Tensor,
     /// Trained tokens in the batch.
     pub n_trained: usize,
+    /// The flat index (`row × l + position`) of each trained token, `(n_trained,)` u32.
+    pub trained_rows: Tensor,
 }
 
 /// Builds the padded batch of `items`: a position is trained when its target token is
@@ -196,6 +198,7 @@ pub fn pad_batch(
     let mut weight = vec![0f32; b * width];
     let mut advantage = vec![0f32; b * width];
     let mut n_trained = 0;
+    let mut trained_rows = Vec::new();
     for (row, item) in items.iter().enumerate() {
         let (tokens, labels) = item.window(max_len);
         let trained_role = roles.contains(&item.role);
@@ -207,6 +210,7 @@ pub fn pad_batch(
             if trained_role && labels[pos + 1].is_sampled() {
                 weight[at] = 1.0;
                 n_trained += 1;
+                trained_rows.push(at as u32);
             }
             advantage[at] = item.advantage;
         }
@@ -218,17 +222,38 @@ pub fn pad_batch(
         weight: Tensor::from_vec(weight, (b, width), device).map_err(fail)?,
         advantage: Tensor::from_vec(advantage, (b, width), device).map_err(fail)?,
         n_trained,
+        trained_rows: Tensor::from_vec(trained_rows, n_trained, device).map_err(fail)?,
     })
 }
 
-/// Log-probability `(b, l)` of each target token and the entropy `(b, l)` of each next-token
-/// distribution, through the differentiable forward.
+/// Log-probability `(b, l)` of each trained target token and the entropy `(b, l)` of the
+/// next-token distribution it is drawn from, through the differentiable forward; both are 0
+/// at the positions the batch does not train (`weight` 0), whose logits are never computed:
+/// the vocabulary head and its softmax run over the trained tokens only.
 pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, Tensor)> {
-    let logits = policy.forward_train(&batch.input, Some(&batch.attention))?;
-    logits
-        .to_dtype(DType::F32)
-        .and_then(|logits| crate::model::target_logprobs_and_entropy(&logits, &batch.targets))
-        .map_err(|e| Error::candle("token log-probabilities", e))
+    let fail = |e: candle_core::Error| Error::candle("token log-probabilities", e);
+    let (b, l) = batch.input.dims2().map_err(fail)?;
+    let zeros = || Tensor::zeros(b * l, DType::F32, policy.device());
+    if batch.n_trained == 0 {
+        let zeros = zeros().and_then(|z| z.reshape((b, l))).map_err(fail)?;
+        return Ok((zeros.clone(), zeros));
+    }
+    let rows = &batch.trained_rows;
+    let logits = policy.forward_train_rows(&batch.input, Some(&batch.attention), rows)?;
+    let run = || -> candle_core::Result<(Tensor, Tensor)> {
+        let targets = batch.targets.flatten_all()?.index_select(rows, 0)?;
+        let (logp, entropy) = crate::model::target_logprobs_and_entropy(
+            &logits.to_dtype(DType::F32)?.unsqueeze(0)?,
+            &targets.unsqueeze(0)?,
+        )?;
+        let spread = |values: Tensor| -> candle_core::Result<Tensor> {
+            zeros()?
+                .index_add(rows, &values.squeeze(0)?, 0)?
+                .reshape((b, l))
+        };
+        Ok((spread(logp)?, spread(entropy)?))
+    };
+    run().map_err(fail)
 }
 
 /// Adds `grads` of the policy's parameters into `total`.

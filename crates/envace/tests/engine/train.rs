@@ -100,6 +100,82 @@ fn the_kl_of_a_model_against_itself_is_zero() {
 }
 
 #[test]
+fn trained_token_logprobs_and_gradients_match_the_full_head() {
+    // The head runs over the trained tokens only; the log-probabilities, entropies and the
+    // gradient of every parameter must be those of the full forward at the same positions.
+    let policy = tiny_policy(4);
+    let items = items();
+    let refs: Vec<&TrainItem> = items.iter().collect();
+    for roles in [
+        PolicyRole::BOTH.to_vec(),
+        vec![PolicyRole::Rehearse],
+        vec![],
+    ] {
+        let batch = pad_batch(&refs, 64, &roles, &Device::Cpu).unwrap();
+        let (logp, entropy) = token_logprobs(&policy, &batch).unwrap();
+        let logits = policy
+            .forward_train(&batch.input, Some(&batch.attention))
+            .unwrap();
+        let (full_logp, full_entropy) =
+            envace::model::target_logprobs_and_entropy(&logits, &batch.targets).unwrap();
+        let weight = batch
+            .weight
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let flat = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let (got, want) = (flat(&logp), flat(&full_logp));
+        let (got_h, want_h) = (flat(&entropy), flat(&full_entropy));
+        assert_eq!(got.len(), weight.len());
+        for i in 0..weight.len() {
+            if weight[i] > 0.0 {
+                assert!((got[i] - want[i]).abs() < 1e-5, "{roles:?} logp at {i}");
+                assert!(
+                    (got_h[i] - want_h[i]).abs() < 1e-5,
+                    "{roles:?} entropy at {i}"
+                );
+                assert!(want[i] < 0.0 && want_h[i] > 0.0);
+            } else {
+                assert_eq!((got[i], got_h[i]), (0.0, 0.0), "{roles:?}: untrained {i}");
+            }
+        }
+        if batch.n_trained == 0 {
+            continue;
+        }
+        let loss = |logp: &candle_core::Tensor, entropy: &candle_core::Tensor| {
+            ((logp + (entropy * 0.1).unwrap()).unwrap() * &batch.weight)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+        };
+        let grads = loss(&logp, &entropy).backward().unwrap();
+        let full_grads = loss(&full_logp, &full_entropy).backward().unwrap();
+        for (name, var) in policy.vars() {
+            let g = grads.get(var.as_tensor()).unwrap();
+            let want = full_grads.get(var.as_tensor()).unwrap();
+            let diff = (g - want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let scale = want
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(scale > 0.0, "{name}: no gradient");
+            assert!(diff <= 1e-4 * scale.max(1.0), "{name}: {diff} of {scale}");
+        }
+    }
+}
+
+#[test]
 fn the_policy_gradient_loss_reads_only_trained_tokens() {
     // With a zero KL coefficient and ratio 1, the loss is −Σ A·w / N: check it by hand.
     let policy = tiny_policy(3);

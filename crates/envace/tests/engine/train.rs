@@ -44,6 +44,16 @@ pub fn random_policy(vocab_size: u32, hidden_size: u32, seed: u64) -> Policy {
     .unwrap()
 }
 
+/// The largest absolute value of a tensor.
+pub fn max_abs(t: &candle_core::Tensor) -> f32 {
+    t.abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 fn items() -> Vec<TrainItem> {
     let mut out = Vec::new();
     for (row, role) in [
@@ -154,21 +164,8 @@ fn trained_token_logprobs_and_gradients_match_the_full_head() {
         for (name, var) in policy.vars() {
             let g = grads.get(var.as_tensor()).unwrap();
             let want = full_grads.get(var.as_tensor()).unwrap();
-            let diff = (g - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            let scale = want
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = max_abs(&(g - want).unwrap());
+            let scale = max_abs(want);
             assert!(scale > 0.0, "{name}: no gradient");
             assert!(diff <= 1e-4 * scale.max(1.0), "{name}: {diff} of {scale}");
         }

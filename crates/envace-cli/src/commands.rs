@@ -61,7 +61,7 @@ fn config_command(command: ConfigCommand) -> Result<ExitCode> {
             let mut n_bad = 0;
             for file in &files {
                 match config::parse_file(file) {
-                    Ok(config) => println!("ok: {} (run {:?})", file.display(), config.run.name),
+                    Ok(config) => out!("ok: {} (run {:?})", file.display(), config.run.name),
                     Err(err) => {
                         n_bad += 1;
                         eprintln!("{err}");
@@ -94,7 +94,7 @@ fn config_command(command: ConfigCommand) -> Result<ExitCode> {
         }
         ConfigCommand::Presets => {
             for preset in config::PRESETS {
-                println!("{:<18} {}", preset.name, preset.summary);
+                out!("{:<18} {}", preset.name, preset.summary);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -106,7 +106,7 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
         // Listing an empty store is fine; creating one as a side effect of a read is not.
         if let RunsCommand::List { json } = command {
             if json {
-                println!("[]");
+                out!("[]");
             } else {
                 eprintln!(
                     "no runs yet: the store {} does not exist",
@@ -126,16 +126,20 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
         RunsCommand::List { json } => {
             let runs = view.runs()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&runs)?);
+                out!("{}", serde_json::to_string_pretty(&runs)?);
             } else if runs.is_empty() {
                 eprintln!("no runs yet in {}", store_path.display());
             } else {
-                println!(
+                out!(
                     "{:>5}  {:<24} {:<9} {:>8}  {:<20} config",
-                    "id", "name", "status", "step", "created"
+                    "id",
+                    "name",
+                    "status",
+                    "step",
+                    "created"
                 );
                 for run in runs {
-                    println!(
+                    out!(
                         "{:>5}  {:<24} {:<9} {:>8}  {:<20} {}",
                         run.id,
                         run.name,
@@ -159,7 +163,7 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
                     "eval_results": evals,
                     "checkpoints": checkpoints,
                 });
-                println!("{}", serde_json::to_string_pretty(&value)?);
+                out!("{}", serde_json::to_string_pretty(&value)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let mut text = String::new();
@@ -208,7 +212,7 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
             if config {
                 writeln!(text, "\n{}", record.config_toml)?;
             }
-            print!("{text}");
+            std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes())?;
         }
         RunsCommand::Rehearse {
             run,

@@ -58,7 +58,7 @@ pub fn env_command(command: EnvCommand) -> Result<ExitCode> {
                 .with_context(|| format!("--args {args:?} is not JSON"))?;
             let mut env = domain_factory(domain(arg), data.as_deref())?.make();
             let outcome = env.call(&tool, &arguments);
-            println!("{}", render_outcome(&outcome));
+            out!("{}", render_outcome(&outcome));
             Ok(if outcome.is_failure() {
                 ExitCode::FAILURE
             } else {
@@ -99,14 +99,14 @@ pub fn env_command(command: EnvCommand) -> Result<ExitCode> {
                 .cloned()
                 .unwrap_or_default();
             for (action, outcome) in actions.iter().zip(&replay.outcomes) {
-                println!(
+                out!(
                     "{} {} -> {}",
                     action.name,
                     Value::Object(action.arguments.clone()),
                     render_outcome(outcome)
                 );
             }
-            println!("state_hash {}", replay.env.state_hash());
+            out!("state_hash {}", replay.env.state_hash());
             if let Some(path) = dump_state {
                 let text = match replay.env.db() {
                     Db::Retail(db) => serde_json::to_string_pretty(db)?,

@@ -1,5 +1,16 @@
 //! The `envace` command line: experiment configs and the run store, from a terminal.
 
+/// `println!` that returns the write's error instead of panicking, so that output piped into a
+/// reader that stops early (`envace runs list | head`) ends the command quietly (see `main`).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        std::io::Write::write_fmt(
+            &mut std::io::stdout(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )?
+    };
+}
+
 mod commands;
 mod env_commands;
 mod serve_commands;
@@ -259,11 +270,22 @@ fn main() -> ExitCode {
     init_tracing(cli.verbose);
     match commands::run(cli) {
         Ok(code) => code,
+        // The reader of our output went away: nothing is left to say to it.
+        Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader has closed it.
+fn closed_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn init_tracing(verbose: u8) {

@@ -84,7 +84,7 @@ pub fn serve_model(
         stopper.stop();
     })
     .context("cannot install the Ctrl-C handler")?;
-    println!("serving {name} at {}", server.url());
+    out!("serving {name} at {}", server.url());
     std::io::stdout()
         .flush()
         .context("cannot write to standard output")?;

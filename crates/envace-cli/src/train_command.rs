@@ -177,7 +177,7 @@ fn print_latest(store_path: &Path, run: RunId) -> Result<()> {
         .iter()
         .filter(|m| !m.key.contains("/fidelity/") && m.key.matches('/').count() <= 1)
     {
-        println!("{:<34} {:>12.6}  (step {})", row.key, row.value, row.step);
+        out!("{:<34} {:>12.6}  (step {})", row.key, row.value, row.step);
     }
     Ok(())
 }
@@ -219,7 +219,7 @@ pub fn rehearse(
     let mut printer = CurvePrinter;
     let step =
         envace::controller::rehearsal_curve(&experiment, store_path, record.id, &mut printer)?;
-    println!("stored with run {}'s evaluations at step {step}", record.id);
+    out!("stored with run {}'s evaluations at step {step}", record.id);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -237,7 +237,11 @@ impl Hooks for CurvePrinter {
             Event::Eval { metrics, .. } => {
                 let figures: Vec<String> =
                     metrics.iter().map(|(k, v)| format!("{k} {v:.3}")).collect();
-                println!("{}", figures.join(", "));
+                // A closed standard output must not stop the evaluation: the store has it.
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stdout(),
+                    format_args!("{}\n", figures.join(", ")),
+                );
             }
             _ => {}
         }

@@ -210,6 +210,32 @@ fn runs_list_reads_the_store_under_envace_home() {
 }
 
 #[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `envace runs list | head -1` after head has exited: the reader is gone before the first
+    // line is written. The command ends with success and says nothing (no panic, no error).
+    let home = tempfile::tempdir().unwrap();
+    populated_store(home.path());
+    for args in [
+        &["runs", "list"][..],
+        &["runs", "show", "quickstart"],
+        &["config", "presets"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_envace"))
+            .args(args)
+            .env("ENVACE_HOME", home.path())
+            .env_remove("RUST_LOG")
+            .current_dir(repo_root())
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+}
+
+#[test]
 fn store_flag_overrides_envace_home() {
     let home = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();

@@ -99,7 +99,8 @@ fn stated(value: &Value) -> String {
 /// they stand as whole words (ASCII case ignored), longest first, all in one pass. So a
 /// faithful report of a wrong rehearsed result reads as the right one, and a report of the
 /// real value the act role was never shown reads as wrong: judging the result checks whether
-/// the act role used what it was shown (`[rl].credit = "role"`).
+/// the act role used what it was shown. (`[rl].credit = "role"` credits the act role with the
+/// better of this and the real judge's score, so a right result it worked out itself counts.)
 pub fn answer_as_real<'a>(
     answer: &str,
     pairs: impl IntoIterator<Item = (&'a Value, &'a Value)>,

@@ -638,11 +638,12 @@ pub enum RlCredit {
     #[default]
     Episode,
     /// Each role is judged on its own work, a departure from the paper: the act role by the
-    /// episode judged with its final answer read against the tool responses it was shown (a
-    /// faithful report of a wrong rehearsed result counts as right), the rehearse role by each
-    /// response's fidelity to the real environment's answer for the same call (value accuracy;
-    /// exact match under `reward = "success"`). Episodes answered by the real environment
-    /// score the same either way.
+    /// better of the episode's score and the episode judged with its final answer read against
+    /// the tool responses it was shown (a faithful report of a wrong rehearsed result counts as
+    /// right, and so does the real result the act role worked out itself), the rehearse role
+    /// by each response's fidelity to the real environment's answer for the same call (value
+    /// accuracy; exact match under `reward = "success"`). Episodes answered by the real
+    /// environment score the same either way.
     Role,
 }
 

@@ -357,9 +357,12 @@ pub fn sample_reward(episode: &EpisodeRecord, sample: &Sample, rl: &RlConfig) ->
     let score = episode.reward.filter(|_| !episode.masked())?;
     match (rl.credit, sample.role) {
         (RlCredit::Episode, _) => Some(rl.reward.of(score)),
-        (RlCredit::Role, PolicyRole::Act) => {
-            Some(rl.reward.of(episode.shown_reward.unwrap_or(score)))
-        }
+        // Right either way: a faithful report of what it was shown, or the real result (which
+        // the act role may work out without its tool, as it does for string tools).
+        (RlCredit::Role, PolicyRole::Act) => Some(
+            rl.reward
+                .of(episode.shown_reward.map_or(score, |shown| shown.max(score))),
+        ),
         (RlCredit::Role, PolicyRole::Rehearse) => {
             let (turn_idx, call_idx) = sample.call?;
             let scores = episode
@@ -1038,6 +1041,11 @@ mod tests {
         let got = group_members(&episodes, "a", &success);
         assert!(close(got[0].act_advantage, 0.5) && close(got[1].act_advantage, -0.5));
         assert!(close(got[1].rehearse_advantage, 0.5));
+        // An answer right against the real environment but not as shown (the act role worked
+        // the result out itself and ignored a wrong rehearsal) is right for the act role too.
+        let own = [rehearsed(0, 1.0, 0.5, 0.0), rehearsed(1, 0.5, 0.5, 0.0)];
+        let got = group_members(&own, "a", &role);
+        assert!(close(got[0].act_advantage, 0.25) && close(got[1].act_advantage, -0.25));
         // A rehearse sample without a scored call is left out, not scored 0.
         let mut unscored = rehearsed(2, 0.5, 0.5, 0.0);
         unscored.turns[0].calls[0].scores = None;

@@ -1017,12 +1017,7 @@ impl Policy {
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
     ) -> Result<Tensor> {
-        let context = format!("{:?} training forward", self.cfg.architecture);
-        let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
-        let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
-        let positions = train_positions(&mask, l);
-        self.run(Mode::Train, input_ids, positions, mask, 0, None, None)
-            .map_err(|e| Error::candle(&context, e))
+        self.train_forward(input_ids, attention_mask, None)
     }
 
     /// Logits `(n, vocab)` of the `n` positions `rows: (n,)` u32 (flat indices into the
@@ -1036,11 +1031,22 @@ impl Policy {
         attention_mask: Option<&Tensor>,
         rows: &Tensor,
     ) -> Result<Tensor> {
+        self.train_forward(input_ids, attention_mask, Some(rows))
+    }
+
+    /// The training forward of [`Policy::forward_train`] (`rows` absent) and
+    /// [`Policy::forward_train_rows`].
+    fn train_forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        rows: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let context = format!("{:?} training forward", self.cfg.architecture);
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let positions = train_positions(&mask, l);
-        self.run(Mode::Train, input_ids, positions, mask, 0, None, Some(rows))
+        self.run(Mode::Train, input_ids, positions, mask, 0, None, rows)
             .map_err(|e| Error::candle(&context, e))
     }
 

@@ -197,7 +197,6 @@ pub fn pad_batch(
     let mut attention = vec![0u8; b * width];
     let mut weight = vec![0f32; b * width];
     let mut advantage = vec![0f32; b * width];
-    let mut n_trained = 0;
     let mut trained_rows = Vec::new();
     for (row, item) in items.iter().enumerate() {
         let (tokens, labels) = item.window(max_len);
@@ -209,12 +208,12 @@ pub fn pad_batch(
             attention[at] = 1;
             if trained_role && labels[pos + 1].is_sampled() {
                 weight[at] = 1.0;
-                n_trained += 1;
                 trained_rows.push(at as u32);
             }
             advantage[at] = item.advantage;
         }
     }
+    let n_trained = trained_rows.len();
     Ok(PaddedBatch {
         input: Tensor::from_vec(input, (b, width), device).map_err(fail)?,
         targets: Tensor::from_vec(targets, (b, width), device).map_err(fail)?,

@@ -774,9 +774,16 @@ pub struct RlConfig {
     /// Dynamic sampling (a departure from the paper, after DAPO): a group whose rewards are
     /// all equal carries no advantage, so it is dropped and the next prompts of the pool are
     /// rolled out until `batch_size` groups carry a signal or every prompt of the pool was
-    /// tried in this step.
+    /// tried in this step, or `max_sampling_rounds` rounds of rollouts were run.
     #[serde(default)]
     pub dynamic_sampling: bool,
+    /// Under dynamic sampling, at most this many rounds of rollouts per step: a step whose
+    /// groups rarely carry a signal then trains on the groups it found (fewer than
+    /// `batch_size`) instead of rolling out round after round; `rl/rollout_rounds` and
+    /// `rl/dropped_groups` show when it binds.
+    #[serde(default = "defaults::max_sampling_rounds")]
+    #[schemars(range(min = 1))]
+    pub max_sampling_rounds: u32,
     /// Fraction of each step's groups rolled out a second time with a rehearsal memory of the
     /// first rollouts (their own group for the baseline), so that RL also
     /// trains acting on a memory.
@@ -826,6 +833,7 @@ impl Default for RlConfig {
             frozen_roles: Vec::new(),
             carry_optimizer: false,
             dynamic_sampling: false,
+            max_sampling_rounds: defaults::max_sampling_rounds(),
             reward: RlReward::Score,
             credit: RlCredit::Episode,
             memory_share: 0.0,
@@ -1121,6 +1129,9 @@ mod defaults {
     }
     pub fn top_p() -> f64 {
         1.0
+    }
+    pub fn max_sampling_rounds() -> u32 {
+        16
     }
     pub fn max_prompt_tokens() -> u32 {
         4096

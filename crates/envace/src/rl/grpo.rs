@@ -452,7 +452,8 @@ fn groups_of(episodes: &[EpisodeRecord]) -> Vec<(String, Vec<&EpisodeRecord>)> {
 /// The rollouts of RL step `step` (`rl_step` within RL): `batch_size` prompts of the pool from
 /// the step's offset, `group_size` episodes each. Under `[rl].dynamic_sampling` groups whose
 /// rewards are all equal are dropped and the next prompts rolled out, until `batch_size`
-/// groups carry a signal or every prompt of the pool was tried in this step. With
+/// groups carry a signal, every prompt of the pool was tried in this step, or
+/// `max_sampling_rounds` rounds were run (the step then trains on the groups it kept). With
 /// `[rl].memory_share`, that share of the kept groups is rolled out again with a rehearsal
 /// memory of its first attempts (group `<task>#memory`). Few-shot examples come from the
 /// session's cache, which only `few_shot_source = "live"` lets the rollouts extend.
@@ -508,7 +509,8 @@ pub fn step_rollouts(
         out.n_rounds += 1;
         Ok(episodes)
     };
-    while kept.len() < batch_size && tried < pool.len() {
+    let max_rounds = rl.max_sampling_rounds.max(1) as usize;
+    while kept.len() < batch_size && tried < pool.len() && out.n_rounds < max_rounds {
         let wanted = if rl.dynamic_sampling {
             (batch_size - kept.len()).min(pool.len() - tried)
         } else {

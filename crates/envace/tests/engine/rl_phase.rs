@@ -1,8 +1,8 @@
 //! The RL phase's settings and its departures from the paper, on the tiny test job: per-phase
 //! optimizer settings reach the optimizer, a zero-variance group carries no gradient and is
-//! counted, dynamic sampling refills to the batch size and stops when the pool runs dry, an RL
-//! arm started from an SFT checkpoint holds that checkpoint's weights, and offline few-shot
-//! examples never come from a live response.
+//! counted, dynamic sampling refills to the batch size and stops when the pool runs dry or its
+//! round cap is reached, an RL arm started from an SFT checkpoint holds that checkpoint's
+//! weights, and offline few-shot examples never come from a live response.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -105,8 +105,12 @@ fn per_phase_optimizer_settings_reach_the_optimizer() {
 }
 
 /// A real-environment RL session on a pool of 10 tasks, where the scripted policy solves a task
-/// in its even episodes only when the task is in `solvable`, and answers nothing otherwise.
-fn dynamic_sampling(solvable: &[usize]) -> (envace::rl::grpo::StepRollouts, Vec<Arc<GenTask>>) {
+/// in its even episodes only when the task is in `solvable`, and answers nothing otherwise;
+/// dynamic sampling runs at most `max_rounds` rounds.
+fn dynamic_sampling(
+    solvable: &[usize],
+    max_rounds: u32,
+) -> (envace::rl::grpo::StepRollouts, Vec<Arc<GenTask>>) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = tiny();
     config.env.tool_response_mode = ToolResponseMode::Real;
@@ -115,6 +119,7 @@ fn dynamic_sampling(solvable: &[usize]) -> (envace::rl::grpo::StepRollouts, Vec<
     config.rl.batch_size = 2;
     config.rl.group_size = 2;
     config.rl.dynamic_sampling = true;
+    config.rl.max_sampling_rounds = max_rounds;
     let mut session = session(&config, dir.path());
     let pool = task_pool(&config, &session.sources, TaskSplit::Train, 10, 3).unwrap();
     let solvable: Vec<String> = solvable.iter().map(|&i| pool[i].id.clone()).collect();
@@ -136,7 +141,7 @@ fn dynamic_sampling(solvable: &[usize]) -> (envace::rl::grpo::StepRollouts, Vec<
 
 #[test]
 fn dynamic_sampling_refills_to_the_batch_size_and_stops_when_the_pool_runs_dry() {
-    let (rollouts, pool) = dynamic_sampling(&[3, 7]);
+    let (rollouts, pool) = dynamic_sampling(&[3, 7], 16);
     // Tasks 0–7 were tried two at a time; only 3 and 7 carry a signal, and they fill the batch.
     assert_eq!(rollouts.n_groups, 8);
     assert_eq!(rollouts.n_signal_groups, 2);
@@ -153,15 +158,25 @@ fn dynamic_sampling_refills_to_the_batch_size_and_stops_when_the_pool_runs_dry()
     assert_eq!(idx, (0..16).collect::<Vec<_>>());
 
     // With one solvable task, every prompt of the pool is tried once, then the step goes on.
-    let (rollouts, _) = dynamic_sampling(&[3]);
+    let (rollouts, _) = dynamic_sampling(&[3], 16);
     assert_eq!(rollouts.n_groups, 10);
     assert_eq!(rollouts.n_signal_groups, 1);
     assert_eq!(rollouts.dropped_groups.len(), 9);
+
+    // A cap on the rounds ends the step with the groups found so far: 0 and 1, 2 and 3
+    // (3 kept), then 4 — three rounds, one group kept, short of the batch.
+    let (rollouts, pool) = dynamic_sampling(&[3, 7], 3);
+    assert_eq!(rollouts.n_rounds, 3);
+    assert_eq!(rollouts.n_groups, 5);
+    assert_eq!(rollouts.n_signal_groups, 1);
+    let dropped: BTreeSet<&str> = rollouts.dropped_groups.iter().map(String::as_str).collect();
+    let expected: BTreeSet<&str> = [0, 1, 2, 4].iter().map(|&i| pool[i].id.as_str()).collect();
+    assert_eq!(dropped, expected);
 }
 
 #[test]
 fn a_zero_variance_group_contributes_no_gradient() {
-    let (rollouts, _) = dynamic_sampling(&[3, 7]);
+    let (rollouts, _) = dynamic_sampling(&[3, 7], 16);
     let mut rl = tiny().rl;
     let dropped = &rollouts.dropped_groups[0];
     let group: Vec<_> = rollouts

@@ -777,10 +777,10 @@ pub struct RlConfig {
     /// tried in this step, or `max_sampling_rounds` rounds of rollouts were run.
     #[serde(default)]
     pub dynamic_sampling: bool,
-    /// Under dynamic sampling, at most this many rounds of rollouts per step: a step whose
-    /// groups rarely carry a signal then trains on the groups it found (fewer than
-    /// `batch_size`) instead of rolling out round after round; `rl/rollout_rounds` and
-    /// `rl/dropped_groups` show when it binds.
+    /// Under dynamic sampling, at most this many rounds of rollouts per step before the
+    /// memory round of `memory_share` (which comes on top): a step whose groups rarely carry a
+    /// signal then trains on the groups it found (fewer than `batch_size`) instead of rolling
+    /// out round after round; `rl/rollout_rounds` and `rl/dropped_groups` show when it binds.
     #[serde(default = "defaults::max_sampling_rounds")]
     #[schemars(range(min = 1))]
     pub max_sampling_rounds: u32,

@@ -871,7 +871,8 @@ pub struct RehearsalConfig {
     #[schemars(range(min = 1, max = 64))]
     pub budget: u32,
     /// Longest condensed rehearsal memory, in tokens; it must leave room for the request in
-    /// the act prompt (`rl.max_prompt_tokens`).
+    /// the act prompt (`rl.max_prompt_tokens`). N attempts share it equally; an attempt whose
+    /// whole line does not fit its share is shown without its calls' arguments.
     #[serde(default = "defaults::max_memory_tokens")]
     #[schemars(range(min = 16))]
     pub max_memory_tokens: u32,

@@ -12,8 +12,9 @@
 //!
 //! How it departs from the paper: attempts are rehearsed once per task, before the episode,
 //! not before every committed action; the memory is a plain-text list of each attempt's calls,
-//! rehearsed responses (errors included) and answer, every attempt cut to an equal share of
-//! `[rehearsal].max_memory_tokens`, not a summary the model writes. SFT (`[sft].memory_share`)
+//! rehearsed responses (errors included) and answer, every attempt within an equal share of
+//! `[rehearsal].max_memory_tokens` (in a compact form without arguments when its whole line
+//! does not fit), not a summary the model writes. SFT (`[sft].memory_share`)
 //! and RL (`[rl].memory_share`) train acting on such memories.
 
 use std::sync::Arc;
@@ -40,14 +41,39 @@ pub fn curve_category(style: RehearsalMode, budget: usize) -> String {
 /// Longest answer text kept per attempt in a memory, in characters.
 const MAX_ANSWER_CHARS: usize = 240;
 
+/// One call of an attempt as a rehearsal memory shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallSummary {
+    /// The tool's name, or `malformed call` when the call could not be parsed.
+    pub name: String,
+    /// The arguments as JSON text, or the quoted raw text of a malformed call.
+    pub arguments: String,
+    /// The response as the agent read it (errors as `Error: …`).
+    pub response: String,
+}
+
+impl CallSummary {
+    /// `name arguments -> response`.
+    fn full(&self) -> String {
+        format!("{} {} -> {}", self.name, self.arguments, self.response)
+    }
+
+    /// `name -> response`: what the call got, without its arguments.
+    fn compact(&self) -> String {
+        format!("{} -> {}", self.name, self.response)
+    }
+}
+
 /// One attempt as a rehearsal memory shows it: each call with the response it got (as the
 /// agent would read it, errors as `Error: …`), then how the attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptSummary {
-    /// `name {arguments} -> response`, one per call in order.
-    pub calls: Vec<String>,
+    /// One per call, in order.
+    pub calls: Vec<CallSummary>,
     /// `answer: "…"`, or why the attempt ended without one.
     pub outcome: String,
+    /// Whether the attempt ended with a final answer (the compact line then says `answered`).
+    pub answered: bool,
 }
 
 impl AttemptSummary {
@@ -56,17 +82,18 @@ impl AttemptSummary {
         let mut calls = Vec::new();
         for turn in &episode.turns {
             for call in &turn.calls {
-                let call_text = match (&call.name, &call.arguments) {
-                    (Some(name), Some(arguments)) => format!("{name} {arguments}"),
-                    _ => format!(
-                        "malformed call {:?}",
-                        call.raw.as_deref().unwrap_or_default()
+                let (name, arguments) = match (&call.name, &call.arguments) {
+                    (Some(name), Some(arguments)) => (name.clone(), arguments.to_string()),
+                    _ => (
+                        "malformed call".to_owned(),
+                        format!("{:?}", call.raw.as_deref().unwrap_or_default()),
                     ),
                 };
-                calls.push(format!(
-                    "{call_text} -> {}",
-                    render_for_agent(&call.response)
-                ));
+                calls.push(CallSummary {
+                    name,
+                    arguments,
+                    response: render_for_agent(&call.response),
+                });
             }
         }
         let outcome = match &episode.end {
@@ -79,7 +106,11 @@ impl AttemptSummary {
             EndReason::TemplateNotIncremental => "ended: template".to_owned(),
             EndReason::Fault { reason } => format!("ended: {reason}"),
         };
-        AttemptSummary { calls, outcome }
+        AttemptSummary {
+            calls,
+            outcome,
+            answered: matches!(episode.end, EndReason::FinalAnswer),
+        }
     }
 
     /// The outcome of an attempt that answered `text`.
@@ -88,10 +119,25 @@ impl AttemptSummary {
         format!("answer: {answer:?}")
     }
 
-    /// The memory line of attempt `attempt_idx` (0-based).
+    /// The memory line of attempt `attempt_idx` (0-based): every call with its arguments and
+    /// response, then the outcome.
     pub fn line(&self, attempt_idx: usize) -> String {
-        let mut parts = self.calls.clone();
+        let mut parts: Vec<String> = self.calls.iter().map(CallSummary::full).collect();
         parts.push(self.outcome.clone());
+        format!("Attempt {}: {}", attempt_idx + 1, parts.join("; "))
+    }
+
+    /// The compact memory line of attempt `attempt_idx`, for a share of the memory too small
+    /// for [`line`](Self::line): each call's tool and response without its arguments, and
+    /// `answered` for an answer (other endings as they are) — the call, what came back and
+    /// what went wrong, in fewer tokens.
+    pub fn compact_line(&self, attempt_idx: usize) -> String {
+        let mut parts: Vec<String> = self.calls.iter().map(CallSummary::compact).collect();
+        parts.push(if self.answered {
+            "answered".to_owned()
+        } else {
+            self.outcome.clone()
+        });
         format!("Attempt {}: {}", attempt_idx + 1, parts.join("; "))
     }
 }
@@ -106,8 +152,10 @@ pub fn attempt_line(attempt_idx: usize, episode: &EpisodeRecord) -> String {
 pub const MEMORY_HEADER: &str = "Private rehearsal (imagined attempts; nothing was executed):";
 
 /// A rehearsal memory of `attempts` in at most `max_tokens` tokens of `codec`: the header,
-/// then one line per attempt, each cut to an equal share of the tokens left, so that every
-/// attempt is seen however long the first one is.
+/// then one line per attempt within an equal share of the tokens left, so that every attempt
+/// is seen however long the first one is. An attempt whose whole line does not fit its share
+/// gets its compact line (calls without arguments, so the responses and errors stay), cut
+/// to the share only when even that is too long.
 pub fn memory_text(
     attempts: &[AttemptSummary],
     codec: &TokenCodec,
@@ -121,10 +169,16 @@ pub fn memory_text(
     let share = max_tokens.saturating_sub(header_tokens) / attempts.len();
     for (idx, attempt) in attempts.iter().enumerate() {
         let line = attempt.line(idx);
-        let ids = codec.encode(&line)?;
-        if ids.len() < share {
+        if codec.encode(&line)?.len() < share {
             text.push('\n');
             text.push_str(&line);
+            continue;
+        }
+        let compact = attempt.compact_line(idx);
+        let ids = codec.encode(&compact)?;
+        if ids.len() < share {
+            text.push('\n');
+            text.push_str(&compact);
         } else if share > 1 {
             text.push('\n');
             text.push_str(codec.decode(&ids[..share - 1])?.trim_end());
@@ -298,6 +352,8 @@ mod tests {
         );
         expect![[r#"Attempt 1: add {"a":3,"b":4} -> 7; malformed call "{\"name\": add" -> {"error": "INVALID_TOOL_CALL_FORMAT"}; answer: "The sum is 7.""#]]
             .assert_eq(&attempt_line(0, &answered));
+        expect![[r#"Attempt 1: add -> 7; malformed call -> {"error": "INVALID_TOOL_CALL_FORMAT"}; answered"#]]
+            .assert_eq(&AttemptSummary::of(&answered).compact_line(0));
         let cut = episode(
             Vec::new(),
             EndReason::ErrorToolCall {
@@ -305,6 +361,8 @@ mod tests {
             },
         );
         expect![[r#"Attempt 3: ended by ERROR_TOOL_CALL"#]].assert_eq(&attempt_line(2, &cut));
+        expect![[r#"Attempt 3: ended by ERROR_TOOL_CALL"#]]
+            .assert_eq(&AttemptSummary::of(&cut).compact_line(2));
     }
 
     #[test]

@@ -284,18 +284,29 @@ fn pool_of(
     Ok(pool)
 }
 
+/// Every how many tasks the tokenizer's corpus holds a rehearsal memory.
+const MEMORY_CORPUS_EVERY: usize = 4;
+
 /// The corpus a tiny model's tokenizer is trained on: the tasks' conversations, the tools'
-/// schemas, the rehearse instructions and real responses in the rehearse format.
+/// schemas, the rehearse instructions, real responses in the rehearse format, and for every
+/// fourth task a rehearsal memory of its oracle attempt (the words of memories would
+/// otherwise be spelt in bytes: the header alone took 33 tokens of a 64-token memory).
 fn tokenizer_corpus(tasks: &[Arc<GenTask>], sources: &GenSources) -> Result<Vec<String>> {
     let mut corpus = vec![SYSTEM_PROMPT.to_owned()];
     let mut seen_domains = Vec::new();
-    for task in tasks {
+    for (idx, task) in tasks.iter().enumerate() {
         if !seen_domains.contains(&task.domain) {
             seen_domains.push(task.domain);
             let env = tasks::fresh_env(task.domain, sources)?;
             for schema in env.tool_schemas() {
                 corpus.push(crate::env::pyjson::dumps(&schema, false));
             }
+        }
+        if idx % MEMORY_CORPUS_EVERY == 0 {
+            corpus.push(super::sft::memory_corpus_text(
+                task,
+                idx / MEMORY_CORPUS_EVERY % 4,
+            ));
         }
         for message in &task.oracle {
             corpus.push(message.content.clone());

@@ -25,7 +25,7 @@ use crate::chat;
 use crate::config::PolicyRole;
 use crate::error::{Error, Result};
 use crate::eval::episodes::episode_specs;
-use crate::eval::rehearsal::{AttemptSummary, memory_text};
+use crate::eval::rehearsal::{AttemptSummary, CallSummary, MEMORY_HEADER, memory_text};
 use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
 use crate::rng::Rng;
 use crate::rollout::{
@@ -149,6 +149,18 @@ fn wrong_call(
     Ok(None)
 }
 
+/// A rehearsal memory of the oracle's attempt at `task`, as the tokenizer's corpus holds it
+/// so that a tiny model's tokenizer has tokens for the words memories are written in (its
+/// header, `Attempt`, `answered`): the header, then the attempt's whole and compact lines.
+pub(crate) fn memory_corpus_text(task: &GenTask, attempt_idx: usize) -> String {
+    let summary = OracleAttempt::of(task).summary();
+    format!(
+        "{MEMORY_HEADER}\n{}\n{}\nno answer; ended by",
+        summary.line(attempt_idx),
+        summary.compact_line(attempt_idx)
+    )
+}
+
 /// The share of the oracle attempts in an SFT memory that are shown as rehearsal imagines
 /// them ([`OracleAttempt::imagined`]) rather than as they really went.
 const IMAGINED_SHARE: f64 = 0.75;
@@ -236,9 +248,14 @@ impl OracleAttempt {
             calls: self
                 .calls
                 .iter()
-                .map(|(name, arguments, response)| format!("{name} {arguments} -> {response}"))
+                .map(|(name, arguments, response)| CallSummary {
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    response: response.clone(),
+                })
                 .collect(),
             outcome: AttemptSummary::answer(&self.answer),
+            answered: true,
         }
     }
 }
@@ -310,13 +327,13 @@ fn memory_items(
         let attempts: Vec<AttemptSummary> = (0..n_attempts)
             .map(|_| match &wrong {
                 Some((call, response)) if rng.chance(0.5) => AttemptSummary {
-                    calls: vec![format!(
-                        "{} {} -> {}",
-                        call.name,
-                        call.arguments_value(),
-                        render_for_agent(response)
-                    )],
+                    calls: vec![CallSummary {
+                        name: call.name.clone(),
+                        arguments: call.arguments_value().to_string(),
+                        response: render_for_agent(response),
+                    }],
                     outcome: "no answer".to_owned(),
+                    answered: false,
                 },
                 _ => {
                     let oracle = OracleAttempt::of(task);
@@ -727,12 +744,14 @@ mod tests {
             .find(|m| m.role == chat::Role::Tool)
             .unwrap();
         let shown = render_for_agent(&serde_json::from_str(&tool.content).unwrap());
+        assert_eq!(real.calls[0].response, shown, "{:?}", real.calls[0]);
         assert!(
-            real.calls[0].ends_with(&format!("-> {shown}")),
-            "{}",
+            !real.calls[0].response.contains("\"result\""),
+            "{:?}",
             real.calls[0]
         );
-        assert!(!real.calls[0].contains("\"result\""), "{}", real.calls[0]);
+        let line = real.line(0);
+        assert!(line.contains(&format!(" -> {shown}; answer: ")), "{line}");
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use envace::config::{self, RehearsalMode, TaskSplit};
 use envace::eval::episodes::committed_episodes;
-use envace::eval::rehearsal::{MEMORY_HEADER, imagined_attempts, rehearsed_episodes};
+use envace::eval::rehearsal::{
+    AttemptSummary, CallSummary, MEMORY_HEADER, imagined_attempts, memory_text, rehearsed_episodes,
+};
 use envace::rl::session::{Session, load_sources, task_pool};
 use envace::rollout::EpisodeRecord;
 use envace::store::{RunWriter, Store};
@@ -145,4 +147,81 @@ fn the_memory_stays_within_max_memory_tokens_and_every_attempt_gets_its_share() 
             assert!(memory.contains(&format!("\nAttempt {k}:")), "{memory:?}");
         }
     }
+}
+
+#[test]
+fn an_attempt_too_long_for_its_share_keeps_its_responses_in_the_compact_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let (session, _) = session(dir.path(), 1024);
+    let codec = &session.codec;
+    let attempt = |value: &str, response: &str| AttemptSummary {
+        calls: vec![CallSummary {
+            name: "convert_length".to_owned(),
+            arguments: format!(r#"{{"value":{value},"from_unit":"mm","to_unit":"km"}}"#),
+            response: response.to_owned(),
+        }],
+        outcome: AttemptSummary::answer(&format!("{value} millimeters is {response} kilometers.")),
+        answered: true,
+    };
+    let attempts = [
+        attempt("250", "0.00025"),
+        AttemptSummary {
+            calls: vec![CallSummary {
+                name: "convert_length".to_owned(),
+                arguments: r#"{"value":250,"from_unit":"millimeters","to_unit":"km"}"#.to_owned(),
+                response: "Error: unknown unit 'millimeters'".to_owned(),
+            }],
+            outcome: "no answer".to_owned(),
+            answered: false,
+        },
+    ];
+    let len = |text: &str| codec.encode(text).unwrap().len();
+    let header = len(&format!("{MEMORY_HEADER}\n"));
+    let compact: Vec<String> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| a.compact_line(i))
+        .collect();
+    let whole: Vec<String> = attempts
+        .iter()
+        .enumerate()
+        .map(|(i, a)| a.line(i))
+        .collect();
+    let share = compact.iter().map(|l| len(l)).max().unwrap() + 1;
+    assert!(
+        whole.iter().all(|l| len(l) >= share),
+        "{whole:?} must not fit {share} tokens"
+    );
+
+    // Room for both whole lines: the memory shows them.
+    let roomy = memory_text(&attempts, codec, 1024).unwrap();
+    assert_eq!(
+        roomy,
+        format!("{MEMORY_HEADER}\n{}\n{}", whole[0], whole[1])
+    );
+
+    // A share too small for the whole lines: each attempt's compact line, so the memory still
+    // shows what every call got back and how the attempt ended.
+    let tight = memory_text(&attempts, codec, header + 2 * share).unwrap();
+    assert_eq!(
+        tight,
+        format!("{MEMORY_HEADER}\n{}\n{}", compact[0], compact[1])
+    );
+    assert!(
+        tight.contains("convert_length -> 0.00025; answered"),
+        "{tight}"
+    );
+    assert!(
+        tight.contains("Error: unknown unit 'millimeters'; no answer"),
+        "{tight}"
+    );
+    assert!(len(&tight) <= header + 2 * share);
+
+    // Too small even for the compact lines: each is cut to its share, and both are seen.
+    let cut = memory_text(&attempts, codec, header + 2 * 12).unwrap();
+    assert!(len(&cut) <= header + 2 * 12, "{cut:?}");
+    assert!(
+        cut.contains("\nAttempt 1:") && cut.contains("\nAttempt 2:"),
+        "{cut:?}"
+    );
 }

@@ -347,7 +347,10 @@ fn run_session(
     hooks: &mut dyn Hooks,
 ) -> Result<JobOutcome> {
     let config = session.config.clone();
-    if session.phase == Phase::Sft && sft::train(session, sft_tasks, hooks)? == Flow::Stop {
+    let test_tasks = held_out_tasks(&config, &session.sources)?;
+    if session.phase == Phase::Sft
+        && sft::train(session, sft_tasks, &test_tasks, hooks)? == Flow::Stop
+    {
         return Ok(JobOutcome::Stopped);
     }
     if session.phase == Phase::Rl {
@@ -358,7 +361,6 @@ fn run_session(
             config.rl.pool_size(),
             config.run.seed.wrapping_add(1),
         )?;
-        let test_tasks = held_out_tasks(&config, &session.sources)?;
         if grpo::train(session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
             return Ok(JobOutcome::Stopped);
         }

@@ -957,6 +957,11 @@ pub struct EvalConfig {
     /// Evaluate every this many RL steps; 0 evaluates only at the end.
     #[serde(default = "defaults::eval_interval_steps")]
     pub interval_steps: u32,
+    /// Evaluate on the held-out tasks every this many SFT steps too (at the start of the
+    /// step, like RL's evaluations, so the curve shows SFT's progress); 0: SFT is evaluated
+    /// only where RL starts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sft_interval_steps: u32,
     /// Trials per held-out task: above 1, besides the greedy attempt each task is attempted
     /// this many times sampled at `[rl].temperature`, and pass@k is reported for k = 1, 2, 4,
     /// 8 up to `n_trials` (pass^k for the τ²-bench runner).
@@ -973,11 +978,17 @@ pub struct EvalConfig {
     pub data_dir: Option<PathBuf>,
 }
 
+/// Whether an optional count is left at 0 (it is then not written out).
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
 impl Default for EvalConfig {
     fn default() -> Self {
         EvalConfig {
             benchmarks: defaults::benchmarks(),
             interval_steps: defaults::eval_interval_steps(),
+            sft_interval_steps: 0,
             n_trials: defaults::n_trials(),
             max_tasks: None,
             data_dir: None,

@@ -491,8 +491,15 @@ pub fn batch_items(
 }
 
 /// Runs the SFT phase from `session.next_step` to its end; returns [`Flow::Stop`] when
-/// stopped (after a checkpoint).
-pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hooks) -> Result<Flow> {
+/// stopped (after a checkpoint). Every `[eval].sft_interval_steps` steps the policy is
+/// evaluated on `test_tasks` at the start of the step (so a resume from the checkpoint
+/// before it evaluates again).
+pub fn train(
+    session: &mut Session,
+    tasks: &[Arc<GenTask>],
+    test_tasks: &[Arc<GenTask>],
+    hooks: &mut dyn Hooks,
+) -> Result<Flow> {
     let sft = session.config.sft.clone();
     let n_steps = sft.n_steps;
     let total_steps = n_steps + session.config.rl.n_steps;
@@ -537,6 +544,14 @@ pub fn train(session: &mut Session, tasks: &[Arc<GenTask>], hooks: &mut dyn Hook
                 path: path.display().to_string(),
             });
             return Ok(Flow::Stop);
+        }
+        let eval_interval = session.config.eval.sft_interval_steps;
+        if eval_interval > 0
+            && step > 0
+            && step.is_multiple_of(eval_interval)
+            && !test_tasks.is_empty()
+        {
+            super::evaluation::held_out_eval(session, test_tasks, step, hooks)?;
         }
         let step_started = Instant::now();
         let picked = batch_items(

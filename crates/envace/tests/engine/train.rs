@@ -482,3 +482,50 @@ fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
         .collect();
     assert_eq!(announced.len(), 16, "{announced:?}");
 }
+
+#[test]
+fn sft_evaluates_the_held_out_tasks_every_sft_interval_steps() {
+    let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    config.sft.n_steps = 5;
+    config.rl.n_steps = 0;
+    config.eval.sft_interval_steps = 2;
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("runs.sqlite");
+    let events = run_job(&config, &store_path);
+    let store = Store::open(&store_path).unwrap();
+    let run = store.view().runs().unwrap()[0].id;
+    let mut steps: Vec<u64> = store
+        .view()
+        .eval_results(run)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.category == "all" && r.metric == "success")
+        .map(|r| r.step)
+        .collect();
+    steps.sort_unstable();
+    // After 2 and 4 of the 5 SFT steps (at the start of steps 2 and 4), then where RL starts.
+    assert_eq!(steps, [2, 4, 5]);
+    let announced: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Eval { step, .. } => Some(*step),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced, [2, 4, 5]);
+    // Each SFT evaluation comes before that step's metrics.
+    let order: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Eval { step, .. } => Some(format!("eval {step}")),
+            Event::Step { step, .. } => Some(format!("step {step}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "step 0", "step 1", "eval 2", "step 2", "step 3", "eval 4", "step 4", "eval 5"
+        ]
+    );
+}

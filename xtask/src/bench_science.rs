@@ -111,6 +111,7 @@ fn base_config(path: &Path, seed: u64) -> Result<DocumentMut> {
     doc["eval"]["n_trials"] = value(EVAL_TRIALS);
     // Evaluate once, after the last step (and after SFT for the SFT run).
     doc["eval"]["interval_steps"] = value(0);
+    doc["eval"]["sft_interval_steps"] = value(0);
     doc["rehearsal"]["budget_curve"] = Item::None;
     Ok(doc)
 }

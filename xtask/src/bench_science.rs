@@ -1,4 +1,4 @@
-//! `cargo xtask bench science [--seeds A,B,C] [--config FILE]`: does world-rehearsal RL train, measured over
+//! `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--fresh]`: does world-rehearsal RL train, measured over
 //! seeds. For each seed: SFT once (the quickstart's SFT), then three arms from that same
 //! checkpoint, each its own `envace train` run — real-environment GRPO, rehearsal GRPO, and an
 //! equal-compute control that spends the RL arms' wall time on more SFT — and the test-time
@@ -10,6 +10,13 @@
 //! Every config is the quickstart preset (or `--config FILE`, e.g. another task mix) with a few
 //! keys changed (named in the JSON), so the benchmark measures what a person who clicks Start
 //! gets.
+//!
+//! It takes hours, so nothing is lost to a stop or a crash: run it again and each arm whose run
+//! finished with the same config is read back from the seed's store, one that was stopped or
+//! killed after a checkpoint continues from it (`envace train --resume`), and the rest train
+//! (`--fresh` starts every seed over). Each arm's invocations are logged in
+//! `NAME.segments.json` (start, end, commit): times are summed over them, and the JSON names
+//! the commits the arms ran on.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,12 +43,17 @@ const TARGET_TOTAL_SECS: f64 = 2.0 * 3600.0;
 
 /// One `envace train` run of the benchmark.
 struct Arm {
-    /// Seconds from the process start to its last plain held-out evaluation.
+    /// Seconds from the process start to its last plain held-out evaluation, summed over its
+    /// invocations when it was resumed.
     train_secs: f64,
-    /// The whole process, test-time curves included.
+    /// The whole process (every invocation), test-time curves included.
     total_secs: f64,
     /// Its `eval_results` rows.
     evals: Vec<Value>,
+    /// How many `envace train` invocations it took (more than one when it was resumed).
+    invocations: usize,
+    /// The commits those invocations ran (`-dirty`: with uncommitted changes).
+    commits: Vec<Value>,
 }
 
 impl Arm {
@@ -134,29 +146,10 @@ fn budget_curve(doc: &mut DocumentMut) {
     doc["rehearsal"]["budget_curve"] = value(budgets);
 }
 
-/// Writes `doc` to `dir/name.toml` and trains it into `store`.
-fn train(envace: &Path, dir: &Path, name: &str, doc: &DocumentMut, store: &Path) -> Result<Arm> {
-    let config = dir.join(format!("{name}.toml"));
-    std::fs::write(&config, doc.to_string())
-        .with_context(|| format!("cannot write {}", config.display()))?;
-    eprintln!(
-        "xtask: $ envace --store {} train {}",
-        store.display(),
-        config.display()
-    );
-    let started = Instant::now();
-    let started_unix = unix_now();
-    let status = Command::new(envace)
-        .arg("--store")
-        .arg(store)
-        .arg("train")
-        .arg(&config)
-        .stdout(Stdio::null())
-        .status()
-        .with_context(|| format!("cannot start {}", envace.display()))?;
-    let total_secs = started.elapsed().as_secs_f64();
-    if !status.success() {
-        bail!("training {} failed ({status})", config.display());
+/// `envace runs show NAME --json`, or None when the store has no such run.
+fn show(envace: &Path, store: &Path, name: &str) -> Result<Option<Value>> {
+    if !store.exists() {
+        return Ok(None);
     }
     let out = Command::new(envace)
         .arg("--store")
@@ -164,26 +157,243 @@ fn train(envace: &Path, dir: &Path, name: &str, doc: &DocumentMut, store: &Path)
         .args(["runs", "show", name, "--json"])
         .output()
         .with_context(|| format!("cannot start {}", envace.display()))?;
-    let shown: Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("`envace runs show {name} --json` printed no JSON"))?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    serde_json::from_slice(&out.stdout)
+        .map(Some)
+        .with_context(|| format!("`envace runs show {name} --json` printed no JSON"))
+}
+
+/// The commit the release binary is built from, `-dirty` when tracked files differ from it.
+fn commit() -> String {
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "unknown".to_owned(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        );
+    let clean = Command::new("git")
+        .args(["diff", "--quiet", "HEAD", "--"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if clean { head } else { format!("{head}-dirty") }
+}
+
+/// How an arm's run is to be (re)started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Its run finished with this very config: read it back.
+    Reuse,
+    /// Its run with this config stopped or was killed after a checkpoint: continue it.
+    Resume,
+    /// Train it from the start.
+    Fresh,
+}
+
+/// What to do with an arm whose store entry is `shown` (None: not in the store), given the config
+/// text it would run; `fresh` once an earlier arm of the seed was retrained from the start, since
+/// the later arms start from its checkpoint.
+fn plan(shown: Option<&Value>, config: &str, fresh: bool) -> Plan {
+    let Some(shown) = shown.filter(|_| !fresh) else {
+        return Plan::Fresh;
+    };
+    if shown["run"]["config_toml"].as_str() != Some(config) {
+        return Plan::Fresh;
+    }
+    let has_checkpoint = shown["checkpoints"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty());
+    match shown["run"]["status"].as_str() {
+        Some("finished") => Plan::Reuse,
+        Some("failed") => Plan::Fresh,
+        _ if has_checkpoint => Plan::Resume,
+        _ => Plan::Fresh,
+    }
+}
+
+/// The arm's `envace train` invocations so far (`NAME.segments.json`): when each started, on
+/// which commit, and when it ended (absent for one that was killed).
+fn read_segments(path: &Path) -> Result<Vec<Value>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a JSON list of segments", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+fn write_segments(path: &Path, segments: &[Value]) -> Result<()> {
+    std::fs::write(path, Value::from(segments.to_vec()).to_string())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Seconds the arm's invocations ran, each to its end or, for one that was killed, to its last
+/// row in the store (a metric or an evaluation); the last one up to `last_end`.
+fn segment_secs(segments: &[Value], row_times: &[f64], last_end: f64) -> f64 {
+    let starts: Vec<f64> = segments
+        .iter()
+        .map(|s| s["start_unix"].as_f64().unwrap_or(f64::NAN))
+        .collect();
+    let mut secs = 0.0;
+    for (idx, seg) in segments.iter().enumerate() {
+        let start = starts[idx];
+        let end = if idx + 1 == segments.len() {
+            last_end
+        } else if let Some(end) = seg["end_unix"].as_f64() {
+            end
+        } else {
+            let next = starts[idx + 1];
+            row_times
+                .iter()
+                .copied()
+                .filter(|&t| t >= start && t < next)
+                .fold(start, f64::max)
+        };
+        secs += (end - start).max(0.0);
+    }
+    secs
+}
+
+/// Wall times of every metric and evaluation row of run `name`.
+fn row_times(envace: &Path, store: &Path, name: &str, shown: &Value) -> Result<Vec<f64>> {
+    let out = Command::new(envace)
+        .arg("--store")
+        .arg(store)
+        .args([
+            "runs", "export", name, "--format", "jsonl", "--table", "metrics",
+        ])
+        .output()
+        .with_context(|| format!("cannot start {}", envace.display()))?;
+    let mut times: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|row| row.get("wall_time").and_then(Value::as_f64))
+        .collect();
+    times.extend(
+        shown["eval_results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("wall_time").and_then(Value::as_f64)),
+    );
+    Ok(times)
+}
+
+/// Writes `doc` to `dir/name.toml` and trains it into `store`: continues the arm's run when an
+/// earlier invocation of the benchmark stopped or was killed in it after a checkpoint, and reads
+/// it back when it finished with this very config (`fresh`: retrain it; set here when this arm
+/// starts from scratch, so that the arms after it do too). Its times count every invocation.
+fn train(
+    envace: &Path,
+    dir: &Path,
+    name: &str,
+    doc: &DocumentMut,
+    store: &Path,
+    fresh: &mut bool,
+) -> Result<Arm> {
+    let config = dir.join(format!("{name}.toml"));
+    let text = doc.to_string();
+    let segments_path = dir.join(format!("{name}.segments.json"));
+    let mut segments = read_segments(&segments_path)?;
+    let plan = plan(show(envace, store, name)?.as_ref(), &text, *fresh);
+    let mut last_end = None;
+    match plan {
+        Plan::Reuse => {
+            eprintln!(
+                "xtask: {name}: finished with this config in {}; read back",
+                store.display()
+            );
+        }
+        Plan::Resume | Plan::Fresh => {
+            if plan == Plan::Fresh {
+                *fresh = true;
+                segments.clear();
+            }
+            std::fs::write(&config, &text)
+                .with_context(|| format!("cannot write {}", config.display()))?;
+            let resume: &[&str] = if plan == Plan::Resume {
+                &["--resume", name]
+            } else {
+                &[]
+            };
+            eprintln!(
+                "xtask: $ envace --store {} train {} {}",
+                store.display(),
+                config.display(),
+                resume.join(" ")
+            );
+            let started_unix = unix_now();
+            segments.push(json!({"start_unix": started_unix, "commit": commit()}));
+            write_segments(&segments_path, &segments)?;
+            let status = Command::new(envace)
+                .arg("--store")
+                .arg(store)
+                .arg("train")
+                .arg(&config)
+                .args(resume)
+                .stdout(Stdio::null())
+                .status()
+                .with_context(|| format!("cannot start {}", envace.display()))?;
+            let ended = unix_now();
+            if let Some(last) = segments.last_mut() {
+                last["end_unix"] = json!(ended);
+            }
+            write_segments(&segments_path, &segments)?;
+            if !status.success() {
+                bail!(
+                    "training {} did not finish ({status}); run the benchmark again to continue it from its last checkpoint",
+                    config.display()
+                );
+            }
+            last_end = Some(ended);
+        }
+    }
+    let shown = show(envace, store, name)?
+        .with_context(|| format!("run {name} is not in {}", store.display()))?;
     let evals = shown
         .get("eval_results")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let times = row_times(envace, store, name, &shown)?;
+    // The last invocation ended when its process did (or, read back, at its last row).
+    let end = last_end
+        .or_else(|| segments.last().and_then(|s| s["end_unix"].as_f64()))
+        .unwrap_or_else(|| times.iter().copied().fold(f64::NAN, f64::max));
     let last_plain = evals
         .iter()
         .filter(|e| e.get("category").and_then(Value::as_str) == Some("all"))
         .filter_map(|e| e.get("wall_time").and_then(Value::as_f64))
         .fold(f64::NAN, f64::max);
+    let total_secs = segment_secs(&segments, &times, end);
+    // Training ends at the last plain held-out evaluation; the test-time curves come after it.
+    let train_secs = if last_plain.is_finite() {
+        segment_secs(&segments, &times, last_plain.min(end))
+    } else {
+        total_secs
+    };
+    let commits: Vec<Value> = segments
+        .iter()
+        .filter_map(|s| s["commit"].as_str())
+        .fold(Vec::<String>::new(), |mut acc, c| {
+            if !acc.iter().any(|a| a == c) {
+                acc.push(c.to_owned());
+            }
+            acc
+        })
+        .into_iter()
+        .map(Value::from)
+        .collect();
     Ok(Arm {
-        train_secs: if last_plain.is_finite() {
-            last_plain - started_unix
-        } else {
-            total_secs
-        },
+        train_secs,
         total_secs,
         evals,
+        invocations: segments.len(),
+        commits,
     })
 }
 
@@ -293,8 +503,10 @@ pub fn parse_config(root: &Path, args: &[String]) -> Result<PathBuf> {
     }
 }
 
-/// `cargo xtask bench science [--seeds A,B,C] [--config FILE]`.
-pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
+/// `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--fresh]`: continues the arms
+/// of an earlier invocation that was stopped or killed (its folder under `target/bench/science`)
+/// unless `fresh`.
+pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result<()> {
     if seeds.is_empty() {
         bail!("--seeds: give at least one seed");
     }
@@ -308,20 +520,23 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
     let mut per_seed = Vec::new();
     for &seed in seeds {
         let dir: PathBuf = bench_dir.join(format!("seed-{seed}"));
-        if dir.exists() {
+        if fresh && dir.exists() {
             std::fs::remove_dir_all(&dir)
                 .with_context(|| format!("cannot clear {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let store = dir.join("runs.sqlite");
+        // Set once an arm trains from scratch: every later arm of the seed starts from its
+        // checkpoint, so none of theirs from an earlier invocation can be read back.
+        let mut retrained = false;
 
         // SFT once; its evaluation (and test-time curve) is the SFT-only figure.
         let mut sft = base_config(config, seed)?;
         set_name(&mut sft, "sft");
         sft["rl"]["n_steps"] = value(0);
         budget_curve(&mut sft);
-        let sft_arm = train(&envace, &dir, "sft", &sft, &store)?;
+        let sft_arm = train(&envace, &dir, "sft", &sft, &store, &mut retrained)?;
 
         // The two RL arms from the SFT checkpoint.
         let mut rehearse = base_config(config, seed)?;
@@ -330,14 +545,21 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
         rehearse["env"]["tool_response_mode"] = value("rehearse");
         init_from_sft(&mut rehearse);
         budget_curve(&mut rehearse);
-        let rehearse_arm = train(&envace, &dir, "rehearsal-grpo", &rehearse, &store)?;
+        let rehearse_arm = train(
+            &envace,
+            &dir,
+            "rehearsal-grpo",
+            &rehearse,
+            &store,
+            &mut retrained,
+        )?;
 
         let mut real = base_config(config, seed)?;
         set_name(&mut real, "real-grpo");
         real["sft"]["enabled"] = value(false);
         real["env"]["tool_response_mode"] = value("real");
         init_from_sft(&mut real);
-        let real_arm = train(&envace, &dir, "real-grpo", &real, &store)?;
+        let real_arm = train(&envace, &dir, "real-grpo", &real, &store, &mut retrained)?;
 
         // More SFT for as long as the RL arms took, at SFT's final learning rate.
         let step_secs = sft_step_secs(&envace, &store, "sft")?;
@@ -353,7 +575,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
         more["sft"]["warmup_steps"] = value(0);
         more["rl"]["n_steps"] = value(0);
         init_from_sft(&mut more);
-        let more_arm = train(&envace, &dir, "more-sft", &more, &store)?;
+        let more_arm = train(&envace, &dir, "more-sft", &more, &store, &mut retrained)?;
 
         let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
         let gain = |arm: &Arm, n: i64| {
@@ -369,6 +591,8 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
             "rehearsal_grpo": {"held_out": rehearse_arm.figures(), "test_time": rehearse_arm.curve(), "wall_secs": rehearse_arm.train_secs},
             "sft_plus_rehearsal_grpo_secs": sft_arm.train_secs + rehearse_arm.train_secs,
             "process_secs": sft_arm.total_secs + rehearse_arm.total_secs + real_arm.total_secs + more_arm.total_secs,
+            "invocations": {"sft": sft_arm.invocations, "rehearsal_grpo": rehearse_arm.invocations, "real_grpo": real_arm.invocations, "more_sft": more_arm.invocations},
+            "commits": {"sft": sft_arm.commits, "rehearsal_grpo": rehearse_arm.commits, "real_grpo": real_arm.commits, "more_sft": more_arm.commits},
         });
         eprintln!("xtask: seed {seed}: {figures}");
         per_seed.push((
@@ -383,7 +607,42 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
             sft_arm.train_secs + rehearse_arm.train_secs,
         ));
     }
-    let total_secs = started.elapsed().as_secs_f64();
+    // The benchmark's time is its arms' processes, summed over invocations when it was resumed
+    // (the time between invocations and the release build are not counted).
+    let total_secs: f64 = per_seed
+        .iter()
+        .map(|(f, _, _, _)| f["process_secs"].as_f64().unwrap_or(f64::NAN))
+        .sum();
+    let invocation_secs = started.elapsed().as_secs_f64();
+    let commits: Vec<Value> = per_seed
+        .iter()
+        .flat_map(|(f, _, _, _)| {
+            f["commits"]
+                .as_object()
+                .into_iter()
+                .flat_map(|arms| arms.values())
+                .filter_map(Value::as_array)
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .fold(Vec::new(), |mut acc, c| {
+            if !acc.contains(&c) {
+                acc.push(c);
+            }
+            acc
+        });
+    if commits.len() > 1 {
+        eprintln!(
+            "xtask: warning: the arms ran on {} different commits ({}); see per_seed.commits",
+            commits.len(),
+            commits
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let column = |idx: usize| -> Vec<f64> { per_seed.iter().map(|(_, s, _, _)| s[idx]).collect() };
     let paired = |a: usize, b: usize| -> Vec<f64> {
         per_seed.iter().map(|(_, s, _, _)| s[a] - s[b]).collect()
@@ -453,6 +712,8 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
             },
             "per_seed": per_seed.iter().map(|(f, _, _, _)| f.clone()).collect::<Vec<_>>(),
             "total_secs": total_secs,
+            "this_invocation_secs": invocation_secs,
+            "commits": commits,
         },
         "ratios": {
             "rl_minus_sft": stat(&rl_gain),
@@ -462,4 +723,90 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path) -> Result<()> {
         },
     });
     write_result(root, "science", &result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(status: &str, config: &str, checkpoints: usize) -> Value {
+        json!({
+            "run": {"status": status, "config_toml": config},
+            "checkpoints": vec![json!({"step": 25}); checkpoints],
+        })
+    }
+
+    #[test]
+    fn an_arm_is_read_back_continued_or_retrained_from_its_store_entry() {
+        let cfg = "[run]\nname = \"sft\"\n";
+        assert_eq!(plan(None, cfg, false), Plan::Fresh);
+        assert_eq!(
+            plan(Some(&shown("finished", cfg, 3)), cfg, false),
+            Plan::Reuse
+        );
+        // Killed (still marked running) or stopped after a checkpoint: continue it.
+        assert_eq!(
+            plan(Some(&shown("running", cfg, 1)), cfg, false),
+            Plan::Resume
+        );
+        assert_eq!(
+            plan(Some(&shown("stopped", cfg, 2)), cfg, false),
+            Plan::Resume
+        );
+        // Killed before its first checkpoint, failed, or another config: start over.
+        assert_eq!(
+            plan(Some(&shown("running", cfg, 0)), cfg, false),
+            Plan::Fresh
+        );
+        assert_eq!(
+            plan(Some(&shown("failed", cfg, 2)), cfg, false),
+            Plan::Fresh
+        );
+        assert_eq!(
+            plan(Some(&shown("finished", "[run]\n", 3)), cfg, false),
+            Plan::Fresh
+        );
+        // An earlier arm of the seed was retrained: this one's checkpoint is stale.
+        assert_eq!(
+            plan(Some(&shown("finished", cfg, 3)), cfg, true),
+            Plan::Fresh
+        );
+    }
+
+    #[test]
+    fn an_arms_time_sums_its_invocations_up_to_each_ones_last_row() {
+        // Invocation 1 was killed: it counts to its last row (t = 130), not to invocation 2's
+        // start (t = 500); invocation 2 ended cleanly at 560, invocation 3 runs to `last_end`.
+        let segments = vec![
+            json!({"start_unix": 100.0, "commit": "a"}),
+            json!({"start_unix": 500.0, "end_unix": 560.0, "commit": "a"}),
+            json!({"start_unix": 600.0, "commit": "b"}),
+        ];
+        let rows = [110.0, 130.0, 520.0, 610.0, 640.0];
+        assert_eq!(segment_secs(&segments, &rows, 650.0), 30.0 + 60.0 + 50.0);
+        // A killed invocation with no row counts nothing.
+        assert_eq!(
+            segment_secs(
+                &[json!({"start_unix": 0.0}), json!({"start_unix": 50.0})],
+                &[],
+                70.0
+            ),
+            20.0
+        );
+    }
+
+    #[test]
+    fn segments_round_trip_through_their_file_and_a_missing_file_is_none() {
+        let dir = std::env::temp_dir().join(format!("xtask-segments-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sft.segments.json");
+        assert!(read_segments(&path).unwrap().is_empty());
+        let segments = vec![json!({"start_unix": 1.5, "end_unix": 2.5, "commit": "abc"})];
+        write_segments(&path, &segments).unwrap();
+        assert_eq!(read_segments(&path).unwrap(), segments);
+        std::fs::write(&path, "not json").unwrap();
+        let err = read_segments(&path).unwrap_err().to_string();
+        assert!(err.contains("sft.segments.json"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

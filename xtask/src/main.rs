@@ -31,10 +31,12 @@ commands:
                              webview (Xvfb): first draw and zoom/pan redraws, ours
                              (decimated) vs plain uPlot given every point
                  science     [--seeds A,B,C] [--config FILE] (default: the quickstart
-                             preset) per seed: SFT once, then real-environment
+                             preset) [--fresh] per seed: SFT once, then real-environment
                              GRPO, rehearsal GRPO and more SFT from that checkpoint;
                              held-out success (greedy, pass@k, per family) and test-time
-                             rehearsal curves, mean ± standard error over seeds
+                             rehearsal curves, mean ± standard error over seeds; run it
+                             again after a stop or crash to continue where it was
+                             (--fresh: start over)
 ";
 
 fn main() {
@@ -237,6 +239,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
             root,
             &bench_science::parse_seeds(args)?,
             &bench_science::parse_config(root, args)?,
+            args.iter().any(|a| a == "--fresh"),
         ),
         None => {
             bail!(

@@ -165,7 +165,8 @@ fn show(envace: &Path, store: &Path, name: &str) -> Result<Option<Value>> {
         .with_context(|| format!("`envace runs show {name} --json` printed no JSON"))
 }
 
-/// The commit the release binary is built from, `-dirty` when tracked files differ from it.
+/// The checkout's commit, `-dirty` when tracked files differ from it; read just before the
+/// release build, it names what the arms' binary is built from.
 fn commit() -> String {
     let head = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
@@ -294,6 +295,7 @@ fn train(
     doc: &DocumentMut,
     store: &Path,
     fresh: &mut bool,
+    commit: &str,
 ) -> Result<Arm> {
     let config = dir.join(format!("{name}.toml"));
     let text = doc.to_string();
@@ -327,7 +329,7 @@ fn train(
                 resume.join(" ")
             );
             let started_unix = unix_now();
-            segments.push(json!({"start_unix": started_unix, "commit": commit()}));
+            segments.push(json!({"start_unix": started_unix, "commit": commit}));
             write_segments(&segments_path, &segments)?;
             let status = Command::new(envace)
                 .arg("--store")
@@ -513,6 +515,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
     // Read the config (a missing file or bad TOML fails here) before the release build and
     // hours of training; `envace train` validates each arm's config in full.
     base_config(config, 0)?;
+    let commit = commit();
     crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
     let envace = target_dir(root).join("release").join("envace");
     let bench_dir = root.join("target").join("bench").join("science");
@@ -536,7 +539,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
         set_name(&mut sft, "sft");
         sft["rl"]["n_steps"] = value(0);
         budget_curve(&mut sft);
-        let sft_arm = train(&envace, &dir, "sft", &sft, &store, &mut retrained)?;
+        let sft_arm = train(&envace, &dir, "sft", &sft, &store, &mut retrained, &commit)?;
 
         // The two RL arms from the SFT checkpoint.
         let mut rehearse = base_config(config, seed)?;
@@ -552,6 +555,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
             &rehearse,
             &store,
             &mut retrained,
+            &commit,
         )?;
 
         let mut real = base_config(config, seed)?;
@@ -559,7 +563,15 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
         real["sft"]["enabled"] = value(false);
         real["env"]["tool_response_mode"] = value("real");
         init_from_sft(&mut real);
-        let real_arm = train(&envace, &dir, "real-grpo", &real, &store, &mut retrained)?;
+        let real_arm = train(
+            &envace,
+            &dir,
+            "real-grpo",
+            &real,
+            &store,
+            &mut retrained,
+            &commit,
+        )?;
 
         // More SFT for as long as the RL arms took, at SFT's final learning rate.
         let step_secs = sft_step_secs(&envace, &store, "sft")?;
@@ -575,7 +587,15 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
         more["sft"]["warmup_steps"] = value(0);
         more["rl"]["n_steps"] = value(0);
         init_from_sft(&mut more);
-        let more_arm = train(&envace, &dir, "more-sft", &more, &store, &mut retrained)?;
+        let more_arm = train(
+            &envace,
+            &dir,
+            "more-sft",
+            &more,
+            &store,
+            &mut retrained,
+            &commit,
+        )?;
 
         let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
         let gain = |arm: &Arm, n: i64| {

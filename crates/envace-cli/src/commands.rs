@@ -218,7 +218,16 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
             run,
             budgets,
             max_memory_tokens,
-        } => return crate::train_command::rehearse(&run, &budgets, max_memory_tokens, store_path),
+            episodes,
+        } => {
+            return crate::train_command::rehearse(
+                &run,
+                &budgets,
+                max_memory_tokens,
+                episodes.as_deref(),
+                store_path,
+            );
+        }
         RunsCommand::Export {
             run,
             format,

@@ -224,6 +224,10 @@ enum RunsCommand {
         /// Longest memory in tokens (default: the run's `[rehearsal].max_memory_tokens`).
         #[arg(long, value_name = "TOKENS")]
         max_memory_tokens: Option<u32>,
+        /// Also write every committed episode (with its memory) to this new JSON Lines file,
+        /// beside a plain pass with no imagined attempt, each line with its `category`.
+        #[arg(long, value_name = "FILE")]
+        episodes: Option<PathBuf>,
     },
     /// Export one table of a run as CSV or JSON Lines.
     Export {

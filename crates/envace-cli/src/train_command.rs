@@ -188,6 +188,7 @@ pub fn rehearse(
     query: &str,
     budgets: &[u32],
     max_memory_tokens: Option<u32>,
+    episodes: Option<&Path>,
     store_path: &Path,
 ) -> Result<ExitCode> {
     let store = Store::open(store_path)?;
@@ -216,19 +217,99 @@ pub fn rehearse(
     if experiment.backend.n_threads > 0 {
         crate::pin_compute_threads(Some(experiment.backend.n_threads as usize));
     }
-    let mut printer = CurvePrinter;
+    // The episodes file is created before minutes of rehearsal, and never over an existing one.
+    let episodes = match episodes {
+        Some(path) => Some(EpisodeFile {
+            writer: std::io::BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .with_context(|| {
+                        format!(
+                            "cannot create the episodes file {} (it must not exist yet)",
+                            path.display()
+                        )
+                    })?,
+            ),
+            path: path.to_path_buf(),
+            lines: 0,
+            error: None,
+        }),
+        None => None,
+    };
+    let mut printer = CurvePrinter { episodes };
     let step =
         envace::controller::rehearsal_curve(&experiment, store_path, record.id, &mut printer)?;
     out!("stored with run {}'s evaluations at step {step}", record.id);
+    if let Some(file) = printer.episodes {
+        let path = file.path.display().to_string();
+        let lines = file.lines;
+        file.finish()
+            .with_context(|| format!("the curve is stored, but writing {path} failed"))?;
+        out!("wrote {lines} committed episodes to {path}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the curve's progress and points as they come.
-struct CurvePrinter;
+/// `runs rehearse --episodes FILE`: one JSON line per committed episode, the plain pass's and
+/// each curve point's, with its `category`.
+struct EpisodeFile {
+    writer: std::io::BufWriter<std::fs::File>,
+    path: PathBuf,
+    lines: usize,
+    /// The first write error (the hooks cannot return one).
+    error: Option<std::io::Error>,
+}
+
+impl EpisodeFile {
+    fn write(&mut self, category: &str, episodes: &[envace::rollout::EpisodeRecord]) {
+        use std::io::Write;
+        for episode in episodes {
+            if self.error.is_some() {
+                return;
+            }
+            // The token-level samples are training data, not something to read: left out.
+            let mut line = serde_json::to_value(episode).unwrap_or_default();
+            if let Some(fields) = line.as_object_mut() {
+                fields.remove("samples");
+                fields.insert("category".to_owned(), category.into());
+            }
+            match writeln!(self.writer, "{line}") {
+                Ok(()) => self.lines += 1,
+                Err(e) => self.error = Some(e),
+            }
+        }
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        use std::io::Write;
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.writer.flush(),
+        }
+    }
+}
+
+/// Prints the curve's progress and points as they come, and writes the committed episodes
+/// when asked to.
+struct CurvePrinter {
+    episodes: Option<EpisodeFile>,
+}
 
 impl Hooks for CurvePrinter {
     fn poll(&mut self) -> Flow {
         Flow::Continue
+    }
+
+    fn wants_episodes(&self) -> bool {
+        self.episodes.is_some()
+    }
+
+    fn episodes(&mut self, category: &str, episodes: &[envace::rollout::EpisodeRecord]) {
+        if let Some(file) = &mut self.episodes {
+            file.write(category, episodes);
+        }
     }
 
     fn emit(&mut self, event: Event) {

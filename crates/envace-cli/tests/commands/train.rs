@@ -1,5 +1,6 @@
 //! `envace runs rehearse` end to end: a run trained by `envace train` gets its
-//! rehearsal-budget curve stored with its evaluations (kills and resumes: `resume.rs`).
+//! rehearsal-budget curve stored with its evaluations, and its committed episodes written on
+//! request (kills and resumes: `resume.rs`).
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 use std::path::Path;
@@ -88,4 +89,68 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
             })
             .collect();
     assert_eq!(curve, expected);
+
+    // With --episodes, every committed episode (and a plain pass's) is written, memory included.
+    let file = dir.path().join("episodes.jsonl");
+    let file_arg = file.to_str().unwrap();
+    let out = rehearse(&["--budgets", "2", "--episodes", file_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The fixture's 2 held-out tasks: the plain pass, then parallel and sequential N = 2.
+    assert!(
+        stdout.ends_with("wrote 6 committed episodes to ".to_owned() + file_arg + "\n"),
+        "{stdout}"
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let categories: Vec<&str> = lines
+        .iter()
+        .map(|l| l["category"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        categories,
+        [
+            "plain",
+            "plain",
+            "rehearsal/parallel/2",
+            "rehearsal/parallel/2",
+            "rehearsal/sequential/2",
+            "rehearsal/sequential/2"
+        ]
+    );
+    for line in &lines {
+        assert!(
+            line["task_id"].is_string() && line["judge"].is_object(),
+            "{line}"
+        );
+        assert!(
+            line.get("samples").is_none(),
+            "token samples are left out: {line}"
+        );
+        let shows_memory = line["messages"].as_array().unwrap().iter().any(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("Private rehearsal"))
+        });
+        assert_eq!(shows_memory, line["category"] != "plain", "{line}");
+    }
+    // The two passes see the same tasks in the same order.
+    assert_eq!(lines[0]["task_id"], lines[2]["task_id"]);
+
+    // An existing file is never overwritten, and nothing runs.
+    let out = rehearse(&["--budgets", "1", "--episodes", file_arg]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("episodes.jsonl") && err.contains("must not exist yet"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 6);
 }

@@ -67,10 +67,14 @@ pub fn store_report(
     session.writer.store_mut().write(&batch)
 }
 
+/// The category [`Hooks::episodes`] gets the plain evaluation's episodes under.
+pub const PLAIN_EPISODES: &str = "plain";
+
 /// The rehearsal-budget curves after step `step`: for each style (parallel, sequential) and
 /// each budget of `[rehearsal].budget_curve`, the held-out score and success rate of the
 /// committed attempts, stored in `eval_results` under category `rehearsal/<style>/<N>` of
-/// `generated_test` and reported as `Eval` events. Stops between points when asked to.
+/// `generated_test` and reported as `Eval` events; hooks that want them also get each point's
+/// committed episodes, after those of a plain (N = 0) pass. Stops between points when asked to.
 pub fn budget_curve(
     session: &mut Session,
     tasks: &[Arc<GenTask>],
@@ -78,6 +82,10 @@ pub fn budget_curve(
     hooks: &mut dyn Hooks,
 ) -> Result<Flow> {
     let budgets = session.config.rehearsal.budget_curve.clone();
+    if hooks.wants_episodes() {
+        let plain = rehearsal::rehearsed_episodes(session, tasks, step, RehearsalMode::Off, 0)?;
+        hooks.episodes(PLAIN_EPISODES, &plain);
+    }
     for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
         for &budget in &budgets {
             if hooks.poll() == Flow::Stop {
@@ -95,6 +103,9 @@ pub fn budget_curve(
                 rehearsal::rehearsed_episodes(session, tasks, step, style, budget as usize)?;
             let report = Report::of(tasks, &episodes, &[]);
             store_report(session, step, &category, &report, false)?;
+            if hooks.wants_episodes() {
+                hooks.episodes(&category, &episodes);
+            }
             hooks.emit(Event::Eval {
                 step,
                 benchmark: heldout::BENCHMARK.to_owned(),

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::session::Phase;
+use crate::rollout::EpisodeRecord;
 
 /// What the worker reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,6 +97,15 @@ pub trait Hooks {
     fn poll(&mut self) -> Flow;
     /// Reports an event.
     fn emit(&mut self, event: Event);
+    /// Whether [`Hooks::episodes`] keeps what it is given; when it does, a rehearsal-budget
+    /// curve also runs the plain evaluation beside it, so each task's attempts can be compared.
+    fn wants_episodes(&self) -> bool {
+        false
+    }
+    /// The committed episodes of one point of a rehearsal-budget curve (`category`
+    /// `rehearsal/<style>/<N>`, or `plain` for no imagined attempt), in task order; dropped
+    /// unless [`Hooks::wants_episodes`].
+    fn episodes(&mut self, _category: &str, _episodes: &[EpisodeRecord]) {}
 }
 
 /// Hooks for running a loop without a controller (tests, tools): never stops, drops events.

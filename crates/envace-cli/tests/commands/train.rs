@@ -102,7 +102,7 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     );
     // The fixture's 2 held-out tasks: the plain pass, then parallel and sequential N = 2.
     assert!(
-        stdout.ends_with("wrote 6 committed episodes to ".to_owned() + file_arg + "\n"),
+        stdout.ends_with(&format!("wrote 6 committed episodes to {file_arg}\n")),
         "{stdout}"
     );
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&file)

@@ -93,7 +93,14 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     // With --episodes, every committed episode (and a plain pass's) is written, memory included.
     let file = dir.path().join("episodes.jsonl");
     let file_arg = file.to_str().unwrap();
-    let out = rehearse(&["--budgets", "2", "--episodes", file_arg]);
+    let out = rehearse(&[
+        "--budgets",
+        "2",
+        "--max-memory-tokens",
+        "64",
+        "--episodes",
+        file_arg,
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -127,7 +134,7 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     );
     for line in &lines {
         assert!(
-            line["task_id"].is_string() && line["judge"].is_object(),
+            line["task_id"].is_string() && line["turns"].is_array(),
             "{line}"
         );
         assert!(
@@ -145,7 +152,14 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     assert_eq!(lines[0]["task_id"], lines[2]["task_id"]);
 
     // An existing file is never overwritten, and nothing runs.
-    let out = rehearse(&["--budgets", "1", "--episodes", file_arg]);
+    let out = rehearse(&[
+        "--budgets",
+        "1",
+        "--max-memory-tokens",
+        "64",
+        "--episodes",
+        file_arg,
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

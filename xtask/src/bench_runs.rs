@@ -189,14 +189,18 @@ fn success_at(evals: &[Value], at_step: Option<u64>) -> Option<f64> {
     row.get("value").and_then(Value::as_f64)
 }
 
+/// An experiment config file as an editable TOML document.
+pub(crate) fn read_toml(path: &Path) -> Result<toml_edit::DocumentMut> {
+    std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .parse()
+        .with_context(|| format!("{} is not TOML", path.display()))
+}
+
 /// `[sft].n_steps` of the experiment config `config` (under `root`).
 fn sft_steps(root: &Path, config: &str) -> Result<u64> {
     let path = root.join(config);
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("{} is not TOML", path.display()))?;
+    let doc = read_toml(&path)?;
     doc["sft"]["n_steps"]
         .as_integer()
         .and_then(|n| u64::try_from(n).ok())

@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use toml_edit::{DocumentMut, Item, value};
 
-use crate::bench_runs::{target_dir, write_result};
+use crate::bench_runs::{read_toml, target_dir, write_result};
 
 /// Held-out tasks and sampled trials of every evaluation of the benchmark.
 const EVAL_TASKS: i64 = 200;
@@ -53,7 +53,7 @@ struct Arm {
     /// How many `envace train` invocations it took (more than one when it was resumed).
     invocations: usize,
     /// The commits those invocations ran (`-dirty`: with uncommitted changes).
-    commits: Vec<Value>,
+    commits: Vec<String>,
 }
 
 impl Arm {
@@ -113,11 +113,7 @@ pub const DEFAULT_CONFIG: &str = "assets/configs/quickstart.toml";
 
 /// The experiment config `path` with the benchmark's evaluation and `seed`.
 fn base_config(path: &Path, seed: u64) -> Result<DocumentMut> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut doc: DocumentMut = text
-        .parse()
-        .with_context(|| format!("{} is not TOML", path.display()))?;
+    let mut doc = read_toml(path)?;
     doc["run"]["seed"] = value(seed as i64);
     doc["eval"]["max_tasks"] = value(EVAL_TASKS);
     doc["eval"]["n_trials"] = value(EVAL_TRIALS);
@@ -182,6 +178,17 @@ fn commit() -> String {
         .status()
         .is_ok_and(|s| s.success());
     if clean { head } else { format!("{head}-dirty") }
+}
+
+/// `items` without repeats, in first-seen order.
+fn distinct(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 /// How an arm's run is to be (re)started.
@@ -301,7 +308,8 @@ fn train(
     let text = doc.to_string();
     let segments_path = dir.join(format!("{name}.segments.json"));
     let mut segments = read_segments(&segments_path)?;
-    let plan = plan(show(envace, store, name)?.as_ref(), &text, *fresh);
+    let before = show(envace, store, name)?;
+    let plan = plan(before.as_ref(), &text, *fresh);
     let mut last_end = None;
     match plan {
         Plan::Reuse => {
@@ -354,8 +362,12 @@ fn train(
             last_end = Some(ended);
         }
     }
-    let shown = show(envace, store, name)?
-        .with_context(|| format!("run {name} is not in {}", store.display()))?;
+    // A finished run read back is as `runs show` gave it; a trained one is read again.
+    let shown = match (plan, before) {
+        (Plan::Reuse, Some(shown)) => shown,
+        _ => show(envace, store, name)?
+            .with_context(|| format!("run {name} is not in {}", store.display()))?,
+    };
     let evals = shown
         .get("eval_results")
         .and_then(Value::as_array)
@@ -378,18 +390,12 @@ fn train(
     } else {
         total_secs
     };
-    let commits: Vec<Value> = segments
-        .iter()
-        .filter_map(|s| s["commit"].as_str())
-        .fold(Vec::<String>::new(), |mut acc, c| {
-            if !acc.iter().any(|a| a == c) {
-                acc.push(c.to_owned());
-            }
-            acc
-        })
-        .into_iter()
-        .map(Value::from)
-        .collect();
+    let commits = distinct(
+        segments
+            .iter()
+            .filter_map(|s| s["commit"].as_str())
+            .map(str::to_owned),
+    );
     Ok(Arm {
         train_secs,
         total_secs,
@@ -521,6 +527,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
     let bench_dir = root.join("target").join("bench").join("science");
     let started = Instant::now();
     let mut per_seed = Vec::new();
+    let mut all_commits = Vec::new();
     for &seed in seeds {
         let dir: PathBuf = bench_dir.join(format!("seed-{seed}"));
         if fresh && dir.exists() {
@@ -614,6 +621,9 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
             "invocations": {"sft": sft_arm.invocations, "rehearsal_grpo": rehearse_arm.invocations, "real_grpo": real_arm.invocations, "more_sft": more_arm.invocations},
             "commits": {"sft": sft_arm.commits, "rehearsal_grpo": rehearse_arm.commits, "real_grpo": real_arm.commits, "more_sft": more_arm.commits},
         });
+        for arm in [&sft_arm, &rehearse_arm, &real_arm, &more_arm] {
+            all_commits.extend(arm.commits.iter().cloned());
+        }
         eprintln!("xtask: seed {seed}: {figures}");
         per_seed.push((
             figures,
@@ -634,33 +644,12 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
         .map(|(f, _, _, _)| f["process_secs"].as_f64().unwrap_or(f64::NAN))
         .sum();
     let invocation_secs = started.elapsed().as_secs_f64();
-    let commits: Vec<Value> = per_seed
-        .iter()
-        .flat_map(|(f, _, _, _)| {
-            f["commits"]
-                .as_object()
-                .into_iter()
-                .flat_map(|arms| arms.values())
-                .filter_map(Value::as_array)
-                .flatten()
-                .cloned()
-                .collect::<Vec<_>>()
-        })
-        .fold(Vec::new(), |mut acc, c| {
-            if !acc.contains(&c) {
-                acc.push(c);
-            }
-            acc
-        });
+    let commits = distinct(all_commits);
     if commits.len() > 1 {
         eprintln!(
             "xtask: warning: the arms ran on {} different commits ({}); see per_seed.commits",
             commits.len(),
-            commits
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
+            commits.join(", ")
         );
     }
     let column = |idx: usize| -> Vec<f64> { per_seed.iter().map(|(_, s, _, _)| s[idx]).collect() };

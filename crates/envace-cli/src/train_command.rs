@@ -270,7 +270,13 @@ impl EpisodeFile {
                 return;
             }
             // The token-level samples are training data, not something to read: left out.
-            let mut line = serde_json::to_value(episode).unwrap_or_default();
+            let mut line = match serde_json::to_value(episode) {
+                Ok(line) => line,
+                Err(e) => {
+                    self.error = Some(std::io::Error::other(e));
+                    return;
+                }
+            };
             if let Some(fields) = line.as_object_mut() {
                 fields.remove("samples");
                 fields.insert("category".to_owned(), category.into());

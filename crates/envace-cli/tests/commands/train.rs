@@ -59,13 +59,19 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
         "{err}"
     );
 
-    let out = rehearse(&["--budgets", "1,2", "--max-memory-tokens", "64"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // A call that must succeed: its standard output.
+    let rehearse_ok = |args: &[&str]| {
+        let out = rehearse(args);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+
+    let stdout = rehearse_ok(&["--budgets", "1,2", "--max-memory-tokens", "64"]);
     assert!(
         stdout.ends_with("stored with run 1's evaluations at step 5\n"),
         "{stdout}"
@@ -93,7 +99,7 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
     // With --episodes, every committed episode (and a plain pass's) is written, memory included.
     let file = dir.path().join("episodes.jsonl");
     let file_arg = file.to_str().unwrap();
-    let out = rehearse(&[
+    let stdout = rehearse_ok(&[
         "--budgets",
         "2",
         "--max-memory-tokens",
@@ -101,12 +107,6 @@ fn runs_rehearse_stores_the_budget_curve_of_a_trained_run() {
         "--episodes",
         file_arg,
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     // The fixture's 2 held-out tasks: the plain pass, then parallel and sequential N = 2.
     assert!(
         stdout.ends_with(&format!("wrote 6 committed episodes to {file_arg}\n")),

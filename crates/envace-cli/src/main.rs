@@ -214,7 +214,8 @@ enum RunsCommand {
     },
     /// Evaluate the rehearsal-budget curve of a run's latest checkpoint on its held-out tasks:
     /// success after N private imagined attempts, parallel and sequential, stored with the
-    /// run's evaluations (the studio draws it).
+    /// run's evaluations (the studio draws it); a checkpoint the run never evaluated (it was
+    /// stopped between evaluations) gets its plain evaluation, the curve's N = 0, first.
     Rehearse {
         /// Run id, or name (the newest run with that name).
         run: String,

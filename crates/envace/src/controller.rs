@@ -268,7 +268,9 @@ fn held_out_tasks(
 
 /// Evaluates the rehearsal-budget curve of `run`'s latest checkpoint under `config` (the run's
 /// own config, perhaps with other `[rehearsal]` settings) on the run's held-out tasks, and
-/// stores it as the curve after training is stored; returns the step evaluated.
+/// stores it as the curve after training is stored; returns the step evaluated. When the run
+/// has no held-out evaluation at that step (it was stopped between evaluations), that
+/// checkpoint's plain evaluation is stored first, so the curve has its N = 0 point.
 pub fn rehearsal_curve(
     config: &ExperimentConfig,
     store_path: &Path,
@@ -281,6 +283,16 @@ pub fn rehearsal_curve(
     let mut session = Session::resume(config.clone(), run, writer, sources)?;
     let test_tasks = held_out_tasks(config, &session.sources)?;
     let step = session.next_step;
+    let evaluated = session
+        .writer
+        .store()
+        .view()
+        .eval_results(run)?
+        .iter()
+        .any(|row| row.step == u64::from(step) && row.category == "all");
+    if !evaluated && !test_tasks.is_empty() {
+        crate::rl::evaluation::held_out_eval(&mut session, &test_tasks, step, hooks)?;
+    }
     crate::rl::evaluation::budget_curve(&mut session, &test_tasks, step, hooks)?;
     session.writer.flush()?;
     Ok(step)

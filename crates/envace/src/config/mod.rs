@@ -954,7 +954,8 @@ pub struct EvalConfig {
     #[serde(default = "defaults::benchmarks")]
     #[schemars(extend("uniqueItems" = true))]
     pub benchmarks: Vec<Benchmark>,
-    /// Evaluate every this many RL steps; 0 evaluates only at the end.
+    /// Evaluate every this many RL steps, and always after the last one; 0 evaluates only
+    /// after the last one.
     #[serde(default = "defaults::eval_interval_steps")]
     pub interval_steps: u32,
     /// Evaluate on the held-out tasks every this many SFT steps too (at the start of the

@@ -597,17 +597,16 @@ pub fn train(
     if session.optimizer.is_none() {
         session.optimizer = Some(AdamW::new(&session.policy, rl.weight_decay)?);
     }
-    // `[eval].interval_steps = 0` evaluates only after the last step.
+    // Every `[eval].interval_steps` RL steps (0: none on the way), and always after the last
+    // step, so the final policy is evaluated and a rehearsal-budget curve stored at that step
+    // has its plain (N = 0) point beside it.
     let eval_interval = session.config.eval.interval_steps;
     // The held-out evaluation at step s (the policy after s − first_step RL steps) runs at the
     // start of step s, after the checkpoint of step s − 1: every row labelled s is written
     // after that checkpoint, so a resume from it replays them all.
     let eval_due = |step: u32| {
-        if eval_interval == 0 {
-            step == last_step
-        } else {
-            (step - first_step).is_multiple_of(eval_interval)
-        }
+        step == last_step
+            || (eval_interval > 0 && (step - first_step).is_multiple_of(eval_interval))
     };
     let started = Instant::now();
     let resumed_at = session.next_step;

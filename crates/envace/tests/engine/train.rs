@@ -14,7 +14,7 @@ use envace::model::{Policy, TransformerConfig};
 use envace::rl::grpo::micro_batch_loss;
 use envace::rl::{AdamW, TrainItem, pad_batch, token_logprobs};
 use envace::rollout::Label;
-use envace::store::Store;
+use envace::store::{RunId, Store};
 
 /// A small job: functions domain (no data files), 3 SFT steps and 2 GRPO steps.
 pub const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
@@ -308,7 +308,12 @@ impl Hooks for Recorder {
     }
 }
 
-fn run_job(config: &ExperimentConfig, store_path: &Path) -> Vec<Event> {
+/// Runs the job as a new run in the store with the given hooks: the run and how it ended.
+fn start_job(
+    config: &ExperimentConfig,
+    store_path: &Path,
+    hooks: &mut dyn Hooks,
+) -> (RunId, JobOutcome) {
     let store = Store::open(store_path).unwrap();
     let run = store.create_run(&config.run.name, TINY_JOB).unwrap();
     drop(store);
@@ -318,9 +323,13 @@ fn run_job(config: &ExperimentConfig, store_path: &Path) -> Vec<Event> {
         store_path: store_path.to_path_buf(),
         resume: None,
     };
+    (run, train(&spec, run, hooks).unwrap())
+}
+
+fn run_job(config: &ExperimentConfig, store_path: &Path) -> Vec<Event> {
     let mut recorder = Recorder::default();
     assert_eq!(
-        train(&spec, run, &mut recorder).unwrap(),
+        start_job(config, store_path, &mut recorder).1,
         JobOutcome::Finished
     );
     assert_catalogued(store_path);
@@ -481,6 +490,92 @@ fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
         .filter(|k| k.starts_with("rehearsal/"))
         .collect();
     assert_eq!(announced.len(), 16, "{announced:?}");
+}
+
+/// Stops the job at its first poll after step `after` has finished.
+struct StopAfter {
+    after: u32,
+    done: bool,
+}
+
+impl Hooks for StopAfter {
+    fn poll(&mut self) -> Flow {
+        if self.done {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+    fn emit(&mut self, event: Event) {
+        if let Event::Step { step, .. } = event {
+            self.done |= step >= self.after;
+        }
+    }
+}
+
+/// `(step, metric)` of the run's `category` evaluation rows, sorted.
+fn eval_rows(store_path: &Path, category: &str) -> Vec<(u64, String)> {
+    let store = Store::open(store_path).unwrap();
+    let run = store.view().runs().unwrap()[0].id;
+    let mut rows: Vec<(u64, String)> = store
+        .view()
+        .eval_results(run)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.category == category)
+        .map(|r| (r.step, r.metric))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn rl_evaluates_after_its_last_step_and_a_curve_of_a_stopped_run_gets_its_plain_point() {
+    // 3 SFT and 3 RL steps, evaluated every 2 RL steps: at 3 and 5, and after the last (6).
+    let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    config.rl.n_steps = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let finished = dir.path().join("finished.sqlite");
+    run_job(&config, &finished);
+    let steps = |path: &Path| -> Vec<u64> {
+        eval_rows(path, "all")
+            .into_iter()
+            .filter(|(_, m)| m == "success")
+            .map(|(s, _)| s)
+            .collect()
+    };
+    assert_eq!(steps(&finished), [3, 5, 6]);
+
+    // Stopped after RL's first step (3): its checkpoint is step 3, the next step 4 has no
+    // evaluation yet, so the curve of that checkpoint stores the plain one beside it.
+    let stopped = dir.path().join("stopped.sqlite");
+    let mut hooks = StopAfter {
+        after: 3,
+        done: false,
+    };
+    let (run, outcome) = start_job(&config, &stopped, &mut hooks);
+    assert_eq!(outcome, JobOutcome::Stopped);
+    assert_eq!(steps(&stopped), [3]);
+    let mut curve_config = config.clone();
+    curve_config.rehearsal.budget_curve = vec![1];
+    let mut recorder = Recorder::default();
+    let step =
+        envace::controller::rehearsal_curve(&curve_config, &stopped, run, &mut recorder).unwrap();
+    assert_eq!(step, 4);
+    assert_eq!(steps(&stopped), [3, 4]);
+    assert_eq!(
+        eval_rows(&stopped, "rehearsal/parallel/1")
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect::<Vec<_>>(),
+        [4, 4, 4, 4]
+    );
+    // A second curve at the same step reads that evaluation back instead of repeating it.
+    let before = eval_rows(&stopped, "all").len();
+    envace::controller::rehearsal_curve(&curve_config, &stopped, run, &mut Recorder::default())
+        .unwrap();
+    assert_eq!(eval_rows(&stopped, "all").len(), before);
+    assert_catalogued(&stopped);
 }
 
 #[test]

@@ -36,6 +36,16 @@ const LLAMA_CPP: &str = "llama-cpp-python==0.3.36";
 /// default).
 const LLAMA_CPP_CMAKE_ARGS: &str =
     "-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=ON";
+/// Compiler flags of that build: no AMX, even where the CPU has it. On a Sapphire Rapids
+/// machine `-march=native` compiles llama.cpp's AMX backend, which repacks the Q4_1 weights and
+/// then crashes in the first decode (SIGSEGV, measured here; llama.cpp issue #20824), and which
+/// its maintainers found to give wrong results on Q4_0 / Q4_1 (llama.cpp PR #16315). The flags
+/// come before `-march=native` on the compiler's command line and still win over it; on a CPU
+/// without AMX they change nothing.
+const LLAMA_CPP_CFLAGS: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+/// A file in the virtual environment naming how its llama.cpp was built, so that a build with
+/// other settings is replaced.
+const LLAMA_CPP_BUILD_FILE: &str = "envace-llama-cpp-build.txt";
 
 /// Targets of issue #4, as (ratio name, target).
 const TARGET_TRAIN_VS_PYTORCH: f64 = 1.0;
@@ -270,7 +280,10 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
             .filter(|out| out.status.success())
             .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
-    if installed().as_deref() == Some(wanted.as_str()) {
+    let build = format!("{LLAMA_CPP} CMAKE_ARGS={LLAMA_CPP_CMAKE_ARGS} CFLAGS={LLAMA_CPP_CFLAGS}");
+    let build_file = venv.join(LLAMA_CPP_BUILD_FILE);
+    let built_as = || std::fs::read_to_string(&build_file).ok();
+    if installed().as_deref() == Some(wanted.as_str()) && built_as().as_deref() == Some(&build) {
         return Ok(python);
     }
     if !python.is_file() {
@@ -305,17 +318,36 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
     );
     pip(&python, &[TORCH, NUMPY], &[])?;
     eprintln!(
-        "xtask: building {LLAMA_CPP} from source as a plain CPU build (about ten minutes on two \
-         cores)"
+        "xtask: building {LLAMA_CPP} from source as a plain CPU build without AMX (about ten \
+         minutes on two cores)"
     );
+    // A build with other settings goes first (its version may be the pinned one), and pip's
+    // wheel cache is not read: it would hand back a wheel built with other flags.
+    let _ = std::fs::remove_file(&build_file);
+    let status = Command::new(&python)
+        .args(["-m", "pip", "uninstall", "--yes", "llama-cpp-python"])
+        .status()
+        .with_context(|| format!("cannot run {} -m pip", python.display()))?;
+    if !status.success() {
+        bail!("`pip uninstall llama-cpp-python` failed ({status})");
+    }
     pip(
         &python,
-        &["--no-binary", "llama-cpp-python", LLAMA_CPP],
+        &[
+            "--no-cache-dir",
+            "--no-binary",
+            "llama-cpp-python",
+            LLAMA_CPP,
+        ],
         &[
             ("CMAKE_ARGS", LLAMA_CPP_CMAKE_ARGS),
+            ("CFLAGS", LLAMA_CPP_CFLAGS),
+            ("CXXFLAGS", LLAMA_CPP_CFLAGS),
             ("CMAKE_BUILD_PARALLEL_LEVEL", "2"),
         ],
     )?;
+    std::fs::write(&build_file, &build)
+        .with_context(|| format!("cannot write {}", build_file.display()))?;
     match installed() {
         Some(found) if found == wanted => Ok(python),
         found => bail!(

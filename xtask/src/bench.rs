@@ -39,9 +39,9 @@ const LLAMA_CPP_CMAKE_ARGS: &str =
 /// Compiler flags of that build: no AMX, even where the CPU has it. On a Sapphire Rapids
 /// machine `-march=native` compiles llama.cpp's AMX backend, which repacks the Q4_1 weights and
 /// then crashes in the first decode (SIGSEGV, measured here; llama.cpp issue #20824), and which
-/// its maintainers found to give wrong results on Q4_0 / Q4_1 (llama.cpp PR #16315). The flags
-/// come before `-march=native` on the compiler's command line and still win over it; on a CPU
-/// without AMX they change nothing.
+/// its maintainers found to give wrong results on Q4_0 / Q4_1 (llama.cpp PR #16315). GCC lets
+/// explicit `-mno-*` flags win over `-march=native` even when they come first (`gcc -dM -E`
+/// shows no `__AMX_*__` macro and AVX-512 still on); on a CPU without AMX they change nothing.
 const LLAMA_CPP_CFLAGS: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 /// A file in the virtual environment naming how its llama.cpp was built, so that a build with
 /// other settings is replaced.

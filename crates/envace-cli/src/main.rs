@@ -273,6 +273,10 @@ fn main() -> ExitCode {
     pin_compute_threads(None);
     let cli = Cli::parse();
     init_tracing(cli.verbose);
+    if let Err(err) = envace::model::quant::checked_simd_level() {
+        eprintln!("error: {err}");
+        return ExitCode::FAILURE;
+    }
     match commands::run(cli) {
         Ok(code) => code,
         // The reader of our output went away: nothing is left to say to it.

@@ -316,16 +316,91 @@ pub enum Kernel {
     Avx2,
 }
 
-/// The fastest kernel this CPU supports.
-pub fn best_kernel() -> Kernel {
+/// The widest vector extensions our CPU kernels use, in increasing order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
+    /// Portable Rust only.
+    Scalar,
+    /// AVX2 and FMA.
+    Avx2,
+    /// AVX2, FMA and AVX-512F.
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The name `ENVACE_SIMD` takes and the benchmarks record.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+}
+
+/// The environment variable that lowers [`simd_level`] below what the CPU has (`avx2` or
+/// `scalar`), so that any machine can measure the kernels an older CPU would run.
+pub const SIMD_ENV: &str = "ENVACE_SIMD";
+
+/// What this CPU has.
+fn detected_simd() -> SimdLevel {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
-            return Kernel::Avx2;
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return SimdLevel::Avx512;
+            }
+            return SimdLevel::Avx2;
         }
     }
-    Kernel::Scalar
+    SimdLevel::Scalar
+}
+
+/// The level `ENVACE_SIMD=value` gives on a CPU with `detected`: never above the CPU's; an
+/// unknown value is an error naming the variable and the values it takes.
+pub fn simd_level_from(value: Option<&str>, detected: SimdLevel) -> Result<SimdLevel, String> {
+    let asked = match value.map(str::trim) {
+        None | Some("") => return Ok(detected),
+        Some("avx512") => SimdLevel::Avx512,
+        Some("avx2") => SimdLevel::Avx2,
+        Some("scalar") => SimdLevel::Scalar,
+        Some(other) => {
+            return Err(format!(
+                "{SIMD_ENV}={other:?} is not a kernel set; use avx512, avx2 or scalar (or unset it)"
+            ));
+        }
+    };
+    Ok(asked.min(detected))
+}
+
+/// [`simd_level`], or the error naming a bad `ENVACE_SIMD`: binaries call it before any work
+/// starts, so that a typo is an error message rather than a panic in the first kernel.
+pub fn checked_simd_level() -> Result<SimdLevel, String> {
+    let value = std::env::var(SIMD_ENV).ok();
+    simd_level_from(value.as_deref(), detected_simd())
+}
+
+/// The vector extensions every CPU kernel of ours uses: the CPU's, or fewer when `ENVACE_SIMD`
+/// says so. Read once per process (a bad value panics with [`checked_simd_level`]'s message).
+pub fn simd_level() -> SimdLevel {
+    static LEVEL: std::sync::OnceLock<SimdLevel> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| checked_simd_level().unwrap_or_else(|err| panic!("{err}")))
+}
+
+/// The fastest kernel this CPU supports (within [`simd_level`]).
+pub fn best_kernel() -> Kernel {
+    if simd_level() >= SimdLevel::Avx2 {
+        Kernel::Avx2
+    } else {
+        Kernel::Scalar
+    }
+}
+
+/// Whether the AVX-512 kernels may run (the CPU has AVX-512F and `ENVACE_SIMD` allows it).
+#[cfg(target_arch = "x86_64")]
+fn avx512_allowed() -> bool {
+    simd_level() == SimdLevel::Avx512
 }
 
 /// `Σ a[i] · b[i]` over the shorter of two f32 slices, with the AVX2 kernel where the CPU has
@@ -358,7 +433,7 @@ pub fn dot4_f32(w: &[f32], xs: [&[f32]; 4]) -> [f32; 4] {
 pub fn dot4x4_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if avx512_allowed() {
             return avx512::dot4x4_f32_checked(ws, xs);
         }
     }
@@ -378,36 +453,61 @@ fn check_strided(kernel: &str, n_rows: usize, width: usize, len: usize, stride: 
 
 /// `out[j] = q · rows[j]` for the `out.len()` rows that start every `stride` values of `rows`
 /// (each at least `q.len()` long): decoding's attention scores, one query against the cached
-/// keys. With AVX-512, sixteen keys at a time share one transposing reduction.
+/// keys. With AVX-512 sixteen keys, with AVX2 eight, share one transposing reduction.
 pub fn dots_strided_f32(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    dots_strided_at(simd_level(), q, rows, stride, out);
+}
+
+/// [`dots_strided_f32`] with the kernels of `level` (at most the CPU's).
+fn dots_strided_at(level: SimdLevel, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     let d = q.len();
     check_strided("dots_strided_f32", out.len(), d, rows.len(), stride);
+    assert!(
+        level <= detected_simd(),
+        "{level:?} kernels on a CPU without them"
+    );
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F is present; the row bounds were checked above.
-            unsafe { avx512::dots_strided(q, rows, stride, out) };
-            return;
-        }
+    match level {
+        // SAFETY (both): the CPU has the level's extensions (asserted above); the row bounds
+        // were checked above.
+        SimdLevel::Avx512 => return unsafe { avx512::dots_strided(q, rows, stride, out) },
+        SimdLevel::Avx2 => return unsafe { avx2::dots_strided(q, rows, stride, out) },
+        SimdLevel::Scalar => {}
     }
     for (j, o) in out.iter_mut().enumerate() {
-        *o = dot_f32(q, &rows[j * stride..j * stride + d]);
+        let row = &rows[j * stride..j * stride + d];
+        *o = q.iter().zip(row).map(|(a, b)| a * b).sum();
     }
 }
 
 /// `out += Σ_j weights[j] · rows[j]` for the rows that start every `stride` values of `rows`
 /// (each at least `out.len()` long): decoding's attention-weighted sum of the cached values.
-/// With AVX-512 the output stays in registers across all rows, 64 values at a time.
+/// With AVX-512 or AVX2 the output stays in registers across all rows, 64 values at a time.
 pub fn axpy_strided_f32(out: &mut [f32], weights: &[f32], rows: &[f32], stride: usize) {
+    axpy_strided_at(simd_level(), out, weights, rows, stride);
+}
+
+/// [`axpy_strided_f32`] with the kernels of `level` (at most the CPU's).
+fn axpy_strided_at(
+    level: SimdLevel,
+    out: &mut [f32],
+    weights: &[f32],
+    rows: &[f32],
+    stride: usize,
+) {
     let d = out.len();
     check_strided("axpy_strided_f32", weights.len(), d, rows.len(), stride);
+    assert!(
+        level <= detected_simd(),
+        "{level:?} kernels on a CPU without them"
+    );
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F is present; the row bounds were checked above.
-            unsafe { avx512::axpy_strided(out, weights, rows, stride) };
-            return;
-        }
+    match level {
+        // SAFETY (both): the CPU has the level's extensions (asserted above); the row bounds
+        // were checked above.
+        SimdLevel::Avx512 => return unsafe { avx512::axpy_strided(out, weights, rows, stride) },
+        SimdLevel::Avx2 => return unsafe { avx2::axpy_strided(out, weights, rows, stride) },
+        SimdLevel::Scalar => {}
     }
     for (j, &w) in weights.iter().enumerate() {
         if w != 0.0 {
@@ -420,17 +520,33 @@ pub fn axpy_strided_f32(out: &mut [f32], weights: &[f32], rows: &[f32], stride: 
 
 /// `out[i] = exp((values[i] − shift) · scale)`, 0 where that is NaN, and their sum in f64: the
 /// softmax numerators of one row of logits (with `shift` its maximum and `scale` the inverse
-/// temperature, so every argument is at most 0). With AVX-512, sixteen at a time by a
-/// degree-7 polynomial after range reduction (within a few ulp of the exact value); elsewhere
-/// `f32::exp`.
+/// temperature, so every argument is at most 0). With AVX-512 sixteen, with AVX2 eight at a
+/// time by a degree-7 polynomial after range reduction (within a few ulp of the exact value);
+/// elsewhere `f32::exp`.
 pub fn exp_shifted_f32(values: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> f64 {
+    exp_shifted_at(simd_level(), values, shift, scale, out)
+}
+
+/// [`exp_shifted_f32`] with the kernels of `level` (at most the CPU's).
+fn exp_shifted_at(
+    level: SimdLevel,
+    values: &[f32],
+    shift: f32,
+    scale: f32,
+    out: &mut [f32],
+) -> f64 {
     assert_eq!(values.len(), out.len(), "exp_shifted_f32: lengths differ");
+    assert!(
+        level <= detected_simd(),
+        "{level:?} kernels on a CPU without them"
+    );
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F is present; the lengths match.
-            return unsafe { avx512::exp_shifted(values, shift, scale, out) };
-        }
+    match level {
+        // SAFETY (both): the CPU has the level's extensions (asserted above); the lengths
+        // match.
+        SimdLevel::Avx512 => return unsafe { avx512::exp_shifted(values, shift, scale, out) },
+        SimdLevel::Avx2 => return unsafe { avx2::exp_shifted(values, shift, scale, out) },
+        SimdLevel::Scalar => {}
     }
     exp_shifted_scalar(values, shift, scale, out)
 }
@@ -792,6 +908,170 @@ mod avx2 {
 
     use std::arch::x86_64::*;
 
+    /// Constants of the exponential's range reduction and polynomial (as the AVX-512 one).
+    const EXP_LOWEST: f32 = -87.336_54; // below this exp underflows f32's normal range
+    const EXP_HIGHEST: f32 = 88.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const EXP_COEFFS: [f32; 8] = [
+        1.0 / 5040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+
+    /// [`super::exp_shifted_f32`]. Safety: AVX2 and FMA are present and the lengths match.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_shifted(
+        values: &[f32],
+        shift: f32,
+        scale: f32,
+        out: &mut [f32],
+    ) -> f64 {
+        // exp(x) = 2^k · exp(r), k = round(x / ln 2), r = x − k ln 2 (in two parts), |r| ≤
+        // ln 2 / 2, exp(r) by its Taylor series to r^7. AVX2 has no `scalef`: 2^k is built in
+        // the exponent field, which the clamp to [-87.3, 88] keeps normal (k in [-126, 127]).
+        let (shift_v, scale_v) = (_mm256_set1_ps(shift), _mm256_set1_ps(scale));
+        let (lowest, highest) = (_mm256_set1_ps(EXP_LOWEST), _mm256_set1_ps(EXP_HIGHEST));
+        let mut sums = [_mm256_setzero_pd(); 2];
+        let n = values.len() / 8 * 8;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i + 8 <= values.len() == out.len()`.
+            let v = unsafe { _mm256_loadu_ps(values.as_ptr().add(i)) };
+            let x = _mm256_mul_ps(_mm256_sub_ps(v, shift_v), scale_v);
+            // NaN and arguments past underflow give 0 (an ordered compare is false for NaN).
+            let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(x, lowest);
+            let x = _mm256_min_ps(_mm256_max_ps(x, lowest), highest);
+            let k = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+            );
+            let r = _mm256_fnmadd_ps(k, _mm256_set1_ps(LN2_HI), x);
+            let r = _mm256_fnmadd_ps(k, _mm256_set1_ps(LN2_LO), r);
+            let mut p = _mm256_set1_ps(EXP_COEFFS[0]);
+            for &c in &EXP_COEFFS[1..] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+            }
+            let two_k = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_cvtps_epi32(k),
+                _mm256_set1_epi32(127),
+            )));
+            let e = _mm256_and_ps(_mm256_mul_ps(p, two_k), keep);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), e) };
+            sums[0] = _mm256_add_pd(sums[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            sums[1] = _mm256_add_pd(sums[1], _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
+            i += 8;
+        }
+        let mut lanes = [0f64; 4];
+        // SAFETY: `lanes` holds four values.
+        unsafe { _mm256_storeu_pd(lanes.as_mut_ptr(), _mm256_add_pd(sums[0], sums[1])) };
+        lanes.iter().sum::<f64>()
+            + super::exp_shifted_scalar(&values[n..], shift, scale, &mut out[n..])
+    }
+
+    /// [`super::axpy_strided_f32`]. Safety: AVX2 and FMA are present and `rows` holds
+    /// `weights.len()` rows of `out.len()` values every `stride` values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn axpy_strided(
+        out: &mut [f32],
+        weights: &[f32],
+        rows: &[f32],
+        stride: usize,
+    ) {
+        let d = out.len();
+        let mut i = 0;
+        // Eight vectors (64 values) of the output at a time, held in registers over every row.
+        while i < d {
+            let width = (d - i).min(64);
+            let n_full = width / 8;
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (j, &w) in weights.iter().enumerate() {
+                if w == 0.0 {
+                    continue;
+                }
+                let wv = _mm256_set1_ps(w);
+                for (v, acc) in acc.iter_mut().enumerate().take(n_full) {
+                    // SAFETY: `i + 8 v + 8 <= d` and row `j` holds `d` values (caller).
+                    unsafe {
+                        let row = rows.as_ptr().add(j * stride + i + 8 * v);
+                        *acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row), *acc);
+                    }
+                }
+                for c in i + 8 * n_full..i + width {
+                    out[c] += w * rows[j * stride + c];
+                }
+            }
+            for (v, acc) in acc.iter().enumerate().take(n_full) {
+                // SAFETY: `i + 8 v + 8 <= d`.
+                unsafe {
+                    let o = out.as_mut_ptr().add(i + 8 * v);
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), *acc));
+                }
+            }
+            i += width;
+        }
+    }
+
+    /// [`super::dots_strided_f32`]. Safety: AVX2 and FMA are present and `rows` holds
+    /// `out.len()` rows of `q.len()` values every `stride` values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dots_strided(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+        let d = q.len();
+        let full = d / 8 * 8;
+        let tail = |j: usize| -> f32 { (full..d).map(|i| q[i] * rows[j * stride + i]).sum() };
+        let mut j = 0;
+        // Eight keys at a time: each query vector is loaded once for all eight.
+        while j + 8 <= out.len() {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut i = 0;
+            while i < full {
+                // SAFETY: `i + 8 <= d`; rows `j..j + 8` hold `d` values each (caller).
+                unsafe {
+                    let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let row = rows.as_ptr().add((j + r) * stride + i);
+                        *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(row), *acc);
+                    }
+                }
+                i += 8;
+            }
+            // SAFETY: `out[j..j + 8]` exists.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j), reduce8(acc)) };
+            if full < d {
+                for (r, o) in out[j..j + 8].iter_mut().enumerate() {
+                    *o += tail(j + r);
+                }
+            }
+            j += 8;
+        }
+        for (r, o) in out.iter_mut().enumerate().skip(j) {
+            let row = &rows[r * stride..r * stride + d];
+            *o = dot_f32_checked(q, row);
+        }
+    }
+
+    /// The eight horizontal sums of `acc[r]`, as lane `r` of one vector.
+    #[target_feature(enable = "avx2,fma")]
+    fn reduce8(acc: [__m256; 8]) -> __m256 {
+        // Pairwise horizontal adds within 128-bit halves: after two rounds each half holds the
+        // half-sums of four rows; adding the halves crosswise completes them.
+        let t0 = _mm256_hadd_ps(acc[0], acc[1]);
+        let t1 = _mm256_hadd_ps(acc[2], acc[3]);
+        let t2 = _mm256_hadd_ps(acc[4], acc[5]);
+        let t3 = _mm256_hadd_ps(acc[6], acc[7]);
+        let u0 = _mm256_hadd_ps(t0, t1);
+        let u1 = _mm256_hadd_ps(t2, t3);
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(u0, u1),
+            _mm256_permute2f128_ps::<0x31>(u0, u1),
+        )
+    }
+
     use super::BLOCK;
 
     /// Q4_1 · Q8_1 (see [`super::dot_q4_1_scalar`]).
@@ -1004,6 +1284,31 @@ mod avx2 {
 mod tests {
     use super::*;
 
+    /// Every kernel set this CPU can run, the scalar reference first.
+    fn levels() -> Vec<SimdLevel> {
+        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let found: Vec<SimdLevel> = levels
+            .into_iter()
+            .filter(|&l| l <= detected_simd())
+            .collect();
+        if found.len() < levels.len() {
+            eprintln!("this CPU runs only {found:?}: the other kernel sets are not checked here");
+        }
+        found
+    }
+
+    #[test]
+    fn simd_env_lowers_the_kernel_set_but_never_raises_it() {
+        use SimdLevel::{Avx2, Avx512, Scalar};
+        assert_eq!(simd_level_from(None, Avx512), Ok(Avx512));
+        assert_eq!(simd_level_from(Some(""), Avx2), Ok(Avx2));
+        assert_eq!(simd_level_from(Some("avx2"), Avx512), Ok(Avx2));
+        assert_eq!(simd_level_from(Some(" scalar "), Avx512), Ok(Scalar));
+        assert_eq!(simd_level_from(Some("avx512"), Avx2), Ok(Avx2));
+        let err = simd_level_from(Some("AVX2"), Avx512).unwrap_err();
+        assert!(err.contains("ENVACE_SIMD=\"AVX2\"") && err.contains("avx512, avx2 or scalar"));
+    }
+
     /// Deterministic values in [-1, 1) (SplitMix64-style hashing of the index and a seed).
     fn values(n: usize, seed: u64) -> Vec<f32> {
         (0..n as u64)
@@ -1069,9 +1374,12 @@ mod tests {
             0.0,
             1e-30,
         ]);
-        for (shift, scale) in [(0.0, 1.0), (60.0, 1.0), (30.0, 2.0), (10.0, 0.5)] {
+        for (level, (shift, scale)) in levels()
+            .into_iter()
+            .flat_map(|l| [(0.0, 1.0), (60.0, 1.0), (30.0, 2.0), (10.0, 0.5)].map(|a| (l, a)))
+        {
             let mut out = vec![f32::NAN; values.len()];
-            let sum = exp_shifted_f32(&values, shift, scale, &mut out);
+            let sum = exp_shifted_at(level, &values, shift, scale, &mut out);
             let mut expected_sum = 0f64;
             for (&v, &got) in values.iter().zip(&out) {
                 let expected = f64::from((v - shift) * scale).exp();
@@ -1080,37 +1388,46 @@ mod tests {
                 let tolerance = expected * 4.0 * f64::from(f32::EPSILON) + 1e-37;
                 assert!(
                     (f64::from(got) - expected).abs() <= tolerance,
-                    "exp(({v} − {shift}) · {scale}): {got} vs {expected}"
+                    "{level:?}: exp(({v} − {shift}) · {scale}): {got} vs {expected}"
                 );
             }
             assert!(
                 (sum - expected_sum).abs() <= expected_sum * 1e-6 + 1e-30,
-                "sum {sum} vs {expected_sum}"
+                "{level:?}: sum {sum} vs {expected_sum}"
             );
         }
     }
 
     #[test]
     fn the_strided_attention_kernels_match_plain_loops() {
-        for d in [5, 16, 64, 80, 130] {
-            for n_rows in [0, 1, 15, 16, 17, 37] {
+        for level in levels() {
+            strided_kernels_match_plain_loops(level);
+        }
+    }
+
+    fn strided_kernels_match_plain_loops(level: SimdLevel) {
+        for d in [5, 8, 16, 64, 80, 130] {
+            for n_rows in [0, 1, 7, 8, 9, 15, 16, 17, 37] {
                 let stride = d + 3;
                 let rows = values(n_rows * stride + d, 7 + d as u64);
                 let q = values(d, 11);
                 let mut scores = vec![f32::NAN; n_rows];
-                dots_strided_f32(&q, &rows, stride, &mut scores);
+                dots_strided_at(level, &q, &rows, stride, &mut scores);
                 // Some weights zero, as masked keys are.
                 let weights: Vec<f32> = (0..n_rows)
                     .map(|j| if j % 5 == 2 { 0.0 } else { scores[j] })
                     .collect();
                 let start = values(d, 13);
                 let mut out = start.clone();
-                axpy_strided_f32(&mut out, &weights, &rows, stride);
+                axpy_strided_at(level, &mut out, &weights, &rows, stride);
                 for j in 0..n_rows {
                     let row = &rows[j * stride..j * stride + d];
                     let expected: f32 = q.iter().zip(row).map(|(a, b)| a * b).sum();
                     let diff = (scores[j] - expected).abs();
-                    assert!(diff < 1e-4, "d {d}, {n_rows} rows, score {j}: {diff}");
+                    assert!(
+                        diff < 1e-4,
+                        "{level:?}: d {d}, {n_rows} rows, score {j}: {diff}"
+                    );
                 }
                 for c in 0..d {
                     let expected = start[c]
@@ -1118,7 +1435,10 @@ mod tests {
                             .map(|j| weights[j] * rows[j * stride + c])
                             .sum::<f32>();
                     let diff = (out[c] - expected).abs();
-                    assert!(diff < 1e-3, "d {d}, {n_rows} rows, output {c}: {diff}");
+                    assert!(
+                        diff < 1e-3,
+                        "{level:?}: d {d}, {n_rows} rows, output {c}: {diff}"
+                    );
                 }
             }
         }

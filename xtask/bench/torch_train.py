@@ -1,14 +1,19 @@
-"""PyTorch CPU peer of `cargo xtask bench model`: training tokens/s of the tiny Qwen3.
+"""PyTorch peer of `cargo xtask bench model` (CPU) and `cargo xtask device-check` (GPU):
+training tokens/s of the tiny Qwen3 (or a SmolLM2-shaped Llama), and on a GPU its batched
+decoding too.
 
-The model is the same architecture as `crates/envace/src/model/qwen3.rs` written plainly in
-torch (RMSNorm, per-head q/k RMSNorm, grouped-query attention, rotate-half RoPE, SwiGLU, tied
-embeddings), with the shapes, data, loss, optimiser and step structure of
-`envace::model::bench::bench_train`: next-token cross-entropy on the same pseudo-random
-tokens, AdamW with the same defaults, one warm-up step, then timed steps of forward, backward
-and update. Prints one JSON line with its figures.
+The model is the same architecture as `crates/envace/src/model/decoder.rs` written plainly in
+torch (RMSNorm, per-head q/k RMSNorm for Qwen3 only, grouped-query attention, rotate-half RoPE,
+SwiGLU, tied embeddings), with the shapes, data, loss, optimiser and step structure of
+`envace::bench::bench_train`: next-token cross-entropy on the same pseudo-random tokens, AdamW
+with the same defaults, one warm-up step, then timed steps of forward, backward and update.
+Prints one JSON line with its figures.
 
 usage: torch_train.py CONFIG_JSON
-CONFIG_JSON holds the model sizes and run shape, as the xtask passes them from our side.
+CONFIG_JSON holds the model sizes and run shape, as the xtask passes them from our side, and
+optionally "device" ("cpu", the default, or "cuda") and "decode_batches" (row counts of a
+greedy KV-cached decode of "decode_tokens" new tokens after a 16-token prompt, as
+`envace::bench::bench_decode` does).
 """
 
 import json
@@ -45,6 +50,7 @@ class Layer(torch.nn.Module):
     def __init__(self, cfg):
         super().__init__()
         hidden, head_dim = cfg["hidden_size"], cfg["head_dim"]
+        self.qk_norm = cfg.get("architecture", "qwen3") == "qwen3"
         self.n_heads, self.n_kv_heads, self.head_dim = cfg["n_heads"], cfg["n_kv_heads"], head_dim
         eps = cfg["rms_norm_eps"]
         linear = lambda n_in, n_out: torch.nn.Linear(n_in, n_out, bias=False)
@@ -53,28 +59,40 @@ class Layer(torch.nn.Module):
         self.k_proj = linear(hidden, self.n_kv_heads * head_dim)
         self.v_proj = linear(hidden, self.n_kv_heads * head_dim)
         self.o_proj = linear(self.n_heads * head_dim, hidden)
-        self.q_norm = RmsNorm(head_dim, eps)
-        self.k_norm = RmsNorm(head_dim, eps)
+        if self.qk_norm:
+            self.q_norm = RmsNorm(head_dim, eps)
+            self.k_norm = RmsNorm(head_dim, eps)
         self.post_attention_layernorm = RmsNorm(hidden, eps)
         self.gate_proj = linear(hidden, cfg["intermediate_size"])
         self.up_proj = linear(hidden, cfg["intermediate_size"])
         self.down_proj = linear(cfg["intermediate_size"], hidden)
 
-    def forward(self, x, cos, sin, allowed):
+    def forward(self, x, cos, sin, allowed, cache=None):
+        """`allowed` is (1 or b, 1, l, total) with total = cached + l positions; `cache` is a
+        list [k, v] extended in place (decoding) or None (training)."""
         b, l, _ = x.shape
         h = self.input_layernorm(x)
-        q = self.q_norm(self.q_proj(h).view(b, l, self.n_heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(h).view(b, l, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        q = self.q_proj(h).view(b, l, self.n_heads, self.head_dim)
+        k = self.k_proj(h).view(b, l, self.n_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(h).view(b, l, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if cache is not None:
+            if cache:
+                k = torch.cat((cache[0], k), dim=2)
+                v = torch.cat((cache[1], v), dim=2)
+            cache[:] = [k, v]
+        total = k.shape[2]
         # Grouped-query attention as ours does it: the query heads sharing a key/value head are
         # stacked along the sequence axis, so keys and values are never copied per head.
         n_rep = self.n_heads // self.n_kv_heads
         q = q.reshape(b, self.n_kv_heads, n_rep * l, self.head_dim)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-        scores = scores.view(b, self.n_heads, l, l).masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores, dim=-1).view(b, self.n_kv_heads, n_rep * l, l)
+        scores = scores.view(b, self.n_heads, l, total).masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).view(b, self.n_kv_heads, n_rep * l, total)
         attn = (probs @ v).view(b, self.n_heads, l, self.head_dim).transpose(1, 2)
         x = x + self.o_proj(attn.reshape(b, l, self.n_heads * self.head_dim))
         h = self.post_attention_layernorm(x)
@@ -97,27 +115,68 @@ class Qwen3(torch.nn.Module):
                 continue
             torch.nn.init.normal_(param, mean=0.0, std=cfg["initializer_range"])
 
-    def forward(self, ids):
+    def forward(self, ids, start=0, caches=None):
+        """Logits of `ids` at positions start.. (the first `start` are in `caches`)."""
         b, l = ids.shape
-        angles = torch.arange(l, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        device = ids.device
+        positions = torch.arange(start, start + l, dtype=torch.float32, device=device)
+        angles = positions[:, None] * self.inv_freq[None, :]
         angles = torch.cat((angles, angles), dim=-1)
         cos, sin = angles.cos()[None, None], angles.sin()[None, None]
-        allowed = torch.ones(l, l, dtype=torch.bool).tril()[None, None]
+        allowed = torch.ones(l, start + l, dtype=torch.bool, device=device).tril(start)[None, None]
         x = self.embed_tokens(ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin, allowed)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, allowed, None if caches is None else caches[i])
         return self.norm(x) @ self.embed_tokens.weight.t()
+
+
+def decode(model, batch, prompt_len, n_new, vocab, device):
+    """Greedy KV-cached decoding of `batch` rows (the prompts of `bench_decode`), no stop
+    token: new tokens per second, fastest of three after a 2-token warm-up."""
+    prompts = torch.tensor(
+        [[(row * 31 + i * 7 + 1) % vocab for i in range(prompt_len)] for row in range(batch)],
+        dtype=torch.long, device=device)
+
+    def run(n):
+        caches = [[] for _ in model.layers]
+        logits = model(prompts, 0, caches)
+        token = logits[:, -1].argmax(-1, keepdim=True)
+        out = [token]
+        for i in range(1, n):
+            logits = model(token, prompt_len + i - 1, caches)
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(token)
+        return torch.cat(out, dim=1).cpu()
+
+    best = float("inf")
+    with torch.no_grad():
+        run(2)
+        for _ in range(3):
+            sync(device)
+            t0 = time.perf_counter()
+            run(n_new)
+            best = min(best, time.perf_counter() - t0)
+    return {"batch": batch, "prompt_len": prompt_len, "n_tokens": batch * n_new, "secs": best,
+            "tokens_per_sec": batch * n_new / max(best, 1e-9)}
+
+
+def sync(device):
+    """Waits for a GPU's queued work (its ops run asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main():
     cfg = json.loads(sys.argv[1])
     torch.manual_seed(0)
     torch.set_num_threads(cfg["n_threads"])
-    model = Qwen3(cfg)
+    device = torch.device(cfg.get("device", "cpu"))
+    model = Qwen3(cfg).to(device)
     batch, seq_len, n_steps, vocab = cfg["batch"], cfg["seq_len"], cfg["n_steps"], cfg["vocab_size"]
     # The same tokens as ours: i * 2654435761 mod vocab over (batch, seq_len + 1).
     n = batch * (seq_len + 1)
-    tokens = torch.tensor([(i * 2_654_435_761) % vocab for i in range(n)], dtype=torch.long)
+    tokens = torch.tensor([(i * 2_654_435_761) % vocab for i in range(n)], dtype=torch.long,
+                          device=device)
     tokens = tokens.view(batch, seq_len + 1)
     inputs, labels = tokens[:, :seq_len], tokens[:, 1:].reshape(-1)
     # candle's ParamsAdamW defaults, which are also torch's: lr 1e-3, betas (0.9, 0.999),
@@ -128,11 +187,14 @@ def main():
         t0 = time.perf_counter()
         logits = model(inputs)
         loss = F.cross_entropy(logits.reshape(-1, vocab), labels)
+        sync(device)
         t1 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        sync(device)
         t2 = time.perf_counter()
         opt.step()
+        sync(device)
         t3 = time.perf_counter()
         return t1 - t0, t2 - t1, t3 - t2, loss.item()
 
@@ -145,8 +207,12 @@ def main():
         totals[2] += update
     secs = sum(totals)
     steps = max(n_steps, 1)
+    decodes = [decode(model, b, 16, cfg.get("decode_tokens", 64), vocab, device)
+               for b in cfg.get("decode_batches", [])]
     print(json.dumps({
-        "peer": f"pytorch {torch.__version__} cpu",
+        "peer": f"pytorch {torch.__version__} {device.type}",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "decode": decodes,
         "n_threads": torch.get_num_threads(),
         "n_params": sum(p.numel() for p in model.parameters()),
         "n_steps": n_steps,

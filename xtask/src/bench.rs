@@ -1,6 +1,6 @@
-//! `cargo xtask bench model`: our policy layer measured against PyTorch and llama.cpp in one
-//! run, printed as one JSON object (the last line of stdout) and written to
-//! `target/bench/model.json`.
+//! `cargo xtask bench model [--simd avx2]`: our policy layer measured against PyTorch and
+//! llama.cpp in one run, printed as one JSON object (the last line of stdout) and written to
+//! `target/bench/model.json` (`model-avx2.json` with our side held to AVX2, see [`Simd`]).
 //!
 //! Our side is the `model_bench` example in release (`envace::bench`). The peers run in
 //! a Python virtual environment this command creates once under `target/bench/venv`, with
@@ -52,21 +52,53 @@ const TARGET_TRAIN_VS_PYTORCH: f64 = 1.0;
 const TARGET_Q4_1_VS_LLAMA_CPP: f64 = 0.8;
 const TARGET_BATCH16_VS_SINGLE: f64 = 6.0;
 
-/// Runs `cargo xtask bench model` from the repository root.
-pub fn model(root: &Path) -> Result<()> {
+/// The kernels our side runs: what the CPU has, or AVX2 forced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simd {
+    /// Everything the CPU has (AVX-512 where present).
+    Native,
+    /// `--simd avx2`: our kernels with `ENVACE_SIMD=avx2`, and candle's matrix products from a
+    /// build without gemm's AVX-512 kernels (`--no-default-features`, in `target/bench-avx2`):
+    /// what a CPU without AVX-512 runs, measured on any x86-64 machine.
+    Avx2,
+}
+
+/// `--simd avx2` (or `--simd native`) among the benchmark's arguments.
+pub fn parse_simd(args: &[String]) -> Result<Simd> {
+    match args.iter().position(|a| a == "--simd") {
+        None => Ok(Simd::Native),
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("avx2") => Ok(Simd::Avx2),
+            Some("native") => Ok(Simd::Native),
+            other => bail!("--simd takes avx2 or native, not {other:?}"),
+        },
+    }
+}
+
+/// Runs `cargo xtask bench model [--simd avx2]` from the repository root.
+pub fn model(root: &Path, simd: Simd) -> Result<()> {
     let n_threads = bench_threads()?;
     let gguf = std::fs::canonicalize(smollm2_gguf()?)
         .context("cannot resolve the path of the SmolLM2 GGUF")?;
     let venv = ensure_venv(&root.join("target").join("bench").join("venv"))?;
     let load_start = load_avg();
 
-    let ours_bin = crate::bench_runs::release_example(root, "model_bench")?;
+    let (ours_bin, simd_env) = match simd {
+        Simd::Native => (
+            crate::bench_runs::release_example(root, "model_bench")?,
+            None,
+        ),
+        Simd::Avx2 => (
+            crate::bench_runs::release_example_without_avx512(root, "model_bench")?,
+            Some("avx2"),
+        ),
+    };
     // RAYON_NUM_THREADS also spares candle 0.11.1 from counting physical cores (reading
     // /proc/cpuinfo) on every matmul, which otherwise makes single-stream decoding of the tiny
     // model about four times slower.
     eprintln!("xtask: measuring ours ({n_threads} threads)");
     let ours = run_json(
-        Command::new(&ours_bin)
+        ours_command(&ours_bin, simd_env)
             .env("RAYON_NUM_THREADS", n_threads.to_string())
             .env("ENVACE_CACHE_DIR", gguf_cache_dir(&gguf)?),
         &format!("{}", ours_bin.display()),
@@ -97,7 +129,7 @@ pub fn model(root: &Path) -> Result<()> {
     if n_threads > 1 {
         eprintln!("xtask: measuring ours, Q4_1 decoding (1 thread)");
         let one = run_json(
-            Command::new(&ours_bin)
+            ours_command(&ours_bin, simd_env)
                 .args(["--only", "q4-decode"])
                 .env("RAYON_NUM_THREADS", "1")
                 .env("ENVACE_CACHE_DIR", gguf_cache_dir(&gguf)?),
@@ -135,6 +167,11 @@ pub fn model(root: &Path) -> Result<()> {
     let result = json!({
         "bench": "model",
         "figures": {
+            "cpu": crate::bench_science::cpu(),
+            // The kernel set our side ran (`ENVACE_SIMD` applied) and whether candle's matrix
+            // products had their AVX-512 kernels compiled in, as the binary reports them.
+            "simd": field(&ours, "simd")?,
+            "gemm_avx512_compiled": field(&ours, "gemm_avx512_compiled")?,
             "n_threads": n_threads,
             "n_cpus": std::thread::available_parallelism().map_or(0, usize::from),
             "load_avg_start": load_start,
@@ -182,7 +219,22 @@ pub fn model(root: &Path) -> Result<()> {
             "batch16_vs_single": ratio(batched_tps, single_tps, TARGET_BATCH16_VS_SINGLE),
         },
     });
-    crate::bench_runs::write_result(root, "model", &result)
+    let file = match simd {
+        Simd::Native => "model",
+        Simd::Avx2 => "model-avx2",
+    };
+    crate::bench_runs::write_result(root, file, &result)
+}
+
+/// Our benchmark binary, with `ENVACE_SIMD` set when a kernel set is forced (and removed
+/// otherwise, so that a value left in the shell does not skew the native run).
+fn ours_command(bin: &Path, simd_env: Option<&str>) -> Command {
+    let mut command = Command::new(bin);
+    match simd_env {
+        Some(level) => command.env("ENVACE_SIMD", level),
+        None => command.env_remove("ENVACE_SIMD"),
+    };
+    command
 }
 
 /// Runs a peer script on `n_threads` threads and, when that is more than one, on one thread
@@ -353,6 +405,51 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
         found => bail!(
             "after installing, {} reports torch and llama_cpp versions {found:?}, expected \
              {wanted:?}; delete {} and run again",
+            python.display(),
+            venv.display()
+        ),
+    }
+}
+
+/// A virtual environment with only the pinned torch and numpy (the device check's PyTorch
+/// peer), created and filled when they are not there yet; returns its Python.
+pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python");
+    let wanted = pinned_version(TORCH);
+    let probe = "import torch; print(torch.__version__.split('+')[0])";
+    let installed = || {
+        Command::new(&python)
+            .args(["-c", probe])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    if installed().as_deref() == Some(wanted) {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        eprintln!("xtask: creating the Python environment {}", venv.display());
+        let status = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status()
+            .context("cannot run python3 -m venv (Debian: `apt-get install python3-venv`)")?;
+        if !status.success() || !python.is_file() {
+            bail!("`python3 -m venv {}` failed ({status})", venv.display());
+        }
+    }
+    eprintln!(
+        "xtask: installing {TORCH} and {NUMPY} into {}",
+        venv.display()
+    );
+    pip(&python, &[TORCH, NUMPY], &[])?;
+    match installed() {
+        Some(found) if found == wanted => Ok(python),
+        found => bail!(
+            "after installing, {} reports torch {found:?}, expected {wanted:?}; delete {} and \
+             run again",
             python.display(),
             venv.display()
         ),

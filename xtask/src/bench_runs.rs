@@ -34,6 +34,38 @@ pub(crate) fn release_example(root: &Path, name: &str) -> Result<PathBuf> {
     Ok(target_dir(root).join("release").join("examples").join(name))
 }
 
+/// [`release_example`] built without the engine's default `avx512` feature (candle's matrix
+/// products on gemm's AVX2 kernels), into `target/bench-avx2` so that the two builds do not
+/// replace each other.
+pub(crate) fn release_example_without_avx512(root: &Path, name: &str) -> Result<PathBuf> {
+    let dir = root.join("target").join("bench-avx2");
+    let args = [
+        "build",
+        "--locked",
+        "--release",
+        "--package",
+        "envace",
+        "--no-default-features",
+        "--example",
+        name,
+    ];
+    eprintln!(
+        "xtask: $ CARGO_TARGET_DIR={} cargo {}",
+        dir.display(),
+        args.join(" ")
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .args(args)
+        .env("CARGO_TARGET_DIR", &dir)
+        .status()
+        .with_context(|| format!("cannot start {cargo}"))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(dir.join("release").join("examples").join(name))
+}
+
 fn threads() -> String {
     std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| {
         std::thread::available_parallelism()

@@ -5,6 +5,8 @@ mod bench_chart;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
+mod check_cuda;
+mod device_check;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -20,10 +22,17 @@ commands:
   run          set up, build, and run the main job (the studio on the quickstart
                experiment, or the same run headless when no display is present)
   test         set up, then run every check and test (what CI runs)
+  check cuda   build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
+               (installed into the cache folder; no GPU needed), failing on a warning
+  device-check on a machine with an NVIDIA GPU: the CUDA build, every per-device test
+               body on CUDA, and training and batched decoding on the GPU against
+               PyTorch on the same GPU (one JSON line; target/bench/device-check.json)
   bench NAME   measure ours against its peers; prints one JSON object as the last
                line of stdout and writes target/bench/NAME.json. Benchmarks:
-                 model       policy training vs PyTorch, SmolLM2 Q4_1 decoding vs
-                             llama.cpp, batched vs single-stream decoding
+                 model       [--simd avx2] policy training vs PyTorch, SmolLM2 Q4_1
+                             decoding vs llama.cpp, batched vs single-stream decoding
+                             (--simd avx2: our side held to AVX2 kernels, as on a CPU
+                             without AVX-512)
                  rollout     episodes/min and tokens/s, real vs rehearsed tool responses
                  quickstart  wall time and held-out success: SFT only, real-environment
                              GRPO and rehearsal GRPO on the same budget
@@ -54,6 +63,11 @@ fn run() -> Result<()> {
         Some("setup") => setup::ensure_all(),
         Some("run") => main_job(&root),
         Some("test") => test_all(),
+        Some("check") => match args.get(1).map(String::as_str) {
+            Some("cuda") => check_cuda::check_cuda(&root),
+            other => bail!("usage: cargo xtask check cuda (got {other:?})"),
+        },
+        Some("device-check") => device_check::device_check(&root),
         Some("bench") => run_bench(&root, args.get(1).map(String::as_str), &args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
@@ -230,7 +244,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
     // Each benchmark prints one JSON object and writes it to target/bench/NAME.json; the others
     // (rollout, quickstart) land with the issues that set their targets.
     match name {
-        Some("model") => bench::model(root),
+        Some("model") => bench::model(root, bench::parse_simd(args)?),
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),

@@ -6,7 +6,9 @@
 //!
 //! For profiling one part alone: `-- --only train` (the tiny model's training steps),
 //! `-- --only tiny-decode` (single-stream and batched decoding of the tiny model) or
-//! `-- --only q4-decode` (SmolLM2 on our quantised kernels). `--decode-tokens N` sets the new
+//! `-- --only q4-decode` (SmolLM2 on our quantised kernels). `--device cuda` measures training
+//! of the tiny model and of a SmolLM2-135M-shaped one, and the tiny model's decoding, on the
+//! GPU instead (a build with the `cuda` feature; `cargo xtask device-check`). `--decode-tokens N` sets the new
 //! tokens per decoded row (64 by default), `--temperature T` makes `tiny-decode` sample (as
 //! RL rollouts do, at 1) instead of greedy, and `--train-steps N` sets the timed training steps.
 
@@ -26,9 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe {
         envace::runtime::prepare_process(None);
     }
+    envace::model::quant::checked_simd_level()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut options = BenchOptions::default();
     let mut only = None;
+    let mut device = None;
     let mut sampling = Sampling::greedy();
     let mut args_iter = args.iter();
     while let Some(arg) = args_iter.next() {
@@ -39,6 +43,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 options.n_decode_tokens = 16;
             }
             "--no-smollm2" => options.smollm2 = false,
+            "--device" => {
+                device = match args_iter.next().map(String::as_str) {
+                    Some("cpu") => None,
+                    Some("cuda") => Some(envace::model::resolve_device(
+                        envace::config::Device::Cuda,
+                        0,
+                    )?),
+                    other => {
+                        return Err(format!("--device takes cpu or cuda, not {other:?}").into());
+                    }
+                };
+            }
             "--decode-tokens" => {
                 options.n_decode_tokens = args_iter
                     .next()
@@ -59,11 +75,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; use --quick, --no-smollm2, --train-steps N, --decode-tokens N, --temperature T or --only PART"
+                    "unknown argument {other:?}; use --quick, --no-smollm2, --device cpu|cuda, --train-steps N, --decode-tokens N, --temperature T or --only PART"
                 )
                 .into());
             }
         }
+    }
+    if let Some(device) = device {
+        // A GPU: the device benchmark (`cargo xtask device-check`), one JSON line.
+        let figures = bench::run_on_device(&options, &device)?;
+        println!("{}", serde_json::to_string(&figures)?);
+        return Ok(());
     }
     match only.as_deref() {
         None => {}

@@ -92,6 +92,8 @@ pub struct DecodeFigures {
 /// The sizes of the trained model, as a peer needs them to build the same one.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelShape {
+    /// `qwen3` (with per-head q/k RMSNorm) or `llama`.
+    pub architecture: crate::config::Architecture,
     /// Rows of the (tied) embedding.
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -119,6 +121,7 @@ pub struct ModelShape {
 impl ModelShape {
     fn of(cfg: &TransformerConfig) -> Self {
         ModelShape {
+            architecture: cfg.architecture,
             vocab_size: cfg.vocab_size,
             hidden_size: cfg.hidden_size,
             intermediate_size: cfg.intermediate_size,
@@ -139,6 +142,11 @@ impl ModelShape {
 pub struct ModelBench {
     /// Threads candle's CPU kernels use.
     pub n_threads: usize,
+    /// The vector extensions our CPU kernels ran with (`ENVACE_SIMD` applied).
+    pub simd: &'static str,
+    /// Whether candle's matrix products (the `gemm` crate) were built with their AVX-512
+    /// kernels (the `avx512` feature); they pick AVX-512 at run time only on a CPU with it.
+    pub gemm_avx512_compiled: bool,
     /// The tiny Qwen3 that is trained and decoded.
     pub tiny_config: ModelShape,
     /// Training of the default tiny Qwen3 (`[model.tiny]` defaults).
@@ -188,6 +196,9 @@ pub fn bench_train(
     // The optimizer our training runs (its gradient norm included; no clipping here).
     let mut opt = crate::rl::AdamW::new(policy, 0.01)?;
     let mut step = || -> Result<[f64; 4]> {
+        // A GPU runs ops asynchronously: each phase ends when the device has finished it (on
+        // the CPU `synchronize` returns at once).
+        let sync = || policy.device().synchronize().map_err(candle(ctx));
         let t0 = Instant::now();
         let logits = policy.forward_train(&input, None)?;
         let loss = logits
@@ -198,10 +209,13 @@ pub fn bench_train(
                 logp.mean_all()?.neg()
             })
             .map_err(candle(ctx))?;
+        sync()?;
         let t1 = Instant::now();
         let grads = loss.backward().map_err(candle(ctx))?;
+        sync()?;
         let t2 = Instant::now();
         opt.step(&grads, 1e-3, 0.0, 1.0)?;
+        sync()?;
         let t3 = Instant::now();
         let loss = loss.to_scalar::<f32>().map_err(candle(ctx))?;
         Ok([
@@ -311,6 +325,70 @@ pub fn bench_quantized_decode(
     })
 }
 
+/// SmolLM2-135M's `config.json` (the sizes of HuggingFaceTB/SmolLM2-135M-Instruct): the
+/// device benchmark trains a randomly initialised model of this shape.
+pub const SMOLLM2_135M_CONFIG: &str = r#"{"model_type": "llama", "vocab_size": 49152,
+  "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+  "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+  "rope_theta": 100000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+  "initializer_range": 0.041666666666666664, "bos_token_id": 1, "eos_token_id": 2}"#;
+
+/// What `model_bench --device cuda` measures on a GPU (for `cargo xtask device-check`).
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceBench {
+    /// The device, e.g. `cuda:0`.
+    pub device: String,
+    /// The tiny Qwen3.
+    pub tiny_config: ModelShape,
+    /// Its training.
+    pub tiny_train: TrainFigures,
+    /// Its decoding, one row and `decode_batch` rows.
+    pub tiny_decode: Vec<DecodeFigures>,
+    /// A randomly initialised model of SmolLM2-135M's shape.
+    pub smollm2_config: ModelShape,
+    /// Its training.
+    pub smollm2_train: TrainFigures,
+}
+
+/// Training and decoding on `device` (a GPU): the tiny Qwen3 and a SmolLM2-135M-shaped model,
+/// in f32 as the CPU benchmark.
+pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBench> {
+    let tiny = Policy::init(tiny_default_config()?, 0, device, DType::F32)?;
+    let tiny_train = bench_train(
+        &tiny,
+        options.train_batch,
+        options.train_seq_len,
+        options.n_train_steps,
+    )?;
+    let mut tiny_decode = Vec::new();
+    for batch in [1, options.decode_batch] {
+        tiny_decode.push(bench_decode(
+            &tiny,
+            "tiny-qwen3 f32",
+            batch,
+            16,
+            options.n_decode_tokens,
+            &Sampling::greedy(),
+        )?);
+    }
+    let smollm2_cfg = TransformerConfig::from_hf_json(SMOLLM2_135M_CONFIG, "SmolLM2-135M shape")?;
+    let smollm2 = Policy::init(smollm2_cfg, 0, device, DType::F32)?;
+    let smollm2_train = bench_train(
+        &smollm2,
+        options.train_batch,
+        options.train_seq_len,
+        options.n_train_steps,
+    )?;
+    Ok(DeviceBench {
+        device: format!("{device:?}"),
+        tiny_config: ModelShape::of(tiny.config()),
+        tiny_train,
+        tiny_decode,
+        smollm2_config: ModelShape::of(smollm2.config()),
+        smollm2_train,
+    })
+}
+
 /// Runs every measurement on the CPU.
 pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     let device = Device::Cpu;
@@ -368,6 +446,8 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     }
     Ok(ModelBench {
         n_threads: candle_core::utils::get_num_threads(),
+        simd: crate::model::quant::simd_level().name(),
+        gemm_avx512_compiled: cfg!(feature = "avx512"),
         tiny_config: ModelShape::of(tiny.config()),
         tiny_train,
         tiny_decode,

@@ -254,21 +254,17 @@ pub fn check_cuda(root: &Path) -> Result<()> {
         .output()
         .with_context(|| format!("cannot run {}", envace.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if out.status.success() || !stderr.contains("cuda:0") {
+    let reported = stderr.lines().find(|l| l.contains("cuda:0"));
+    if out.status.success() || reported.is_none() || stderr.contains("panicked") {
         bail!(
             "the CUDA build of envace, given `device = \"cuda\"` and no GPU, should fail naming \
-             cuda:0; it exited with {} and said:\n{stderr}",
+             cuda:0 (and not panic); it exited with {} and said:\n{stderr}",
             out.status
         );
     }
     eprintln!(
         "xtask: the CUDA build of envace starts and reports the missing GPU: {}",
-        stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim()
+        reported.unwrap_or_default().trim()
     );
     eprintln!(
         "xtask: check cuda passed in {:.0} s (toolkit ready in {installed_secs:.0} s, build {build_secs:.0} s)",

@@ -557,7 +557,9 @@ pub fn resolve_device(device: config::Device, cuda_index: u32) -> Result<Device>
 fn open_cuda(cuda_index: u32) -> Result<Device> {
     Device::new_cuda(cuda_index as usize).map_err(|e| Error::DeviceUnavailable {
         device: format!("cuda:{cuda_index}"),
-        message: e.to_string(),
+        // candle appends a backtrace on the lines after its message when RUST_BACKTRACE is
+        // set; the reason is the first line.
+        message: e.to_string().lines().next().unwrap_or_default().to_owned(),
     })
 }
 

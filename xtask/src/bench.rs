@@ -323,15 +323,7 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
     let wanted = format!("{} {}", pinned_version(TORCH), pinned_version(LLAMA_CPP));
     let probe =
         "import torch, llama_cpp; print(torch.__version__.split('+')[0], llama_cpp.__version__)";
-    let installed = || {
-        Command::new(&python)
-            .args(["-c", probe])
-            .stderr(Stdio::null())
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
+    let installed = || python_says(&python, probe);
     let build = format!("{LLAMA_CPP} CMAKE_ARGS={LLAMA_CPP_CMAKE_ARGS} CFLAGS={LLAMA_CPP_CFLAGS}");
     let build_file = venv.join(LLAMA_CPP_BUILD_FILE);
     let built_as = || std::fs::read_to_string(&build_file).ok();
@@ -417,15 +409,7 @@ pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
     let python = venv.join("bin").join("python");
     let wanted = pinned_version(TORCH);
     let probe = "import torch; print(torch.__version__.split('+')[0])";
-    let installed = || {
-        Command::new(&python)
-            .args(["-c", probe])
-            .stderr(Stdio::null())
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    };
+    let installed = || python_says(&python, probe);
     if installed().as_deref() == Some(wanted) {
         return Ok(python);
     }
@@ -454,6 +438,17 @@ pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
             venv.display()
         ),
     }
+}
+
+/// What `python -c code` prints (trimmed), or `None` when it cannot run or fails.
+fn python_says(python: &Path, code: &str) -> Option<String> {
+    Command::new(python)
+        .args(["-c", code])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// `pip install ARGS` with the virtual environment's Python.

@@ -325,6 +325,33 @@ pub fn bench_quantized_decode(
     })
 }
 
+/// The default tiny Qwen3 on `device`: its training, and its greedy decoding of one row and of
+/// `decode_batch` rows.
+fn tiny_figures(
+    options: &BenchOptions,
+    device: &Device,
+) -> Result<(Policy, TrainFigures, Vec<DecodeFigures>)> {
+    let tiny = Policy::init(tiny_default_config()?, 0, device, DType::F32)?;
+    let train = bench_train(
+        &tiny,
+        options.train_batch,
+        options.train_seq_len,
+        options.n_train_steps,
+    )?;
+    let mut decode = Vec::new();
+    for batch in [1, options.decode_batch] {
+        decode.push(bench_decode(
+            &tiny,
+            "tiny-qwen3 f32",
+            batch,
+            16,
+            options.n_decode_tokens,
+            &Sampling::greedy(),
+        )?);
+    }
+    Ok((tiny, train, decode))
+}
+
 /// SmolLM2-135M's `config.json` (the sizes of HuggingFaceTB/SmolLM2-135M-Instruct): the
 /// device benchmark trains a randomly initialised model of this shape.
 pub const SMOLLM2_135M_CONFIG: &str = r#"{"model_type": "llama", "vocab_size": 49152,
@@ -353,24 +380,7 @@ pub struct DeviceBench {
 /// Training and decoding on `device` (a GPU): the tiny Qwen3 and a SmolLM2-135M-shaped model,
 /// in f32 as the CPU benchmark.
 pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBench> {
-    let tiny = Policy::init(tiny_default_config()?, 0, device, DType::F32)?;
-    let tiny_train = bench_train(
-        &tiny,
-        options.train_batch,
-        options.train_seq_len,
-        options.n_train_steps,
-    )?;
-    let mut tiny_decode = Vec::new();
-    for batch in [1, options.decode_batch] {
-        tiny_decode.push(bench_decode(
-            &tiny,
-            "tiny-qwen3 f32",
-            batch,
-            16,
-            options.n_decode_tokens,
-            &Sampling::greedy(),
-        )?);
-    }
+    let (tiny, tiny_train, tiny_decode) = tiny_figures(options, device)?;
     let smollm2_cfg = TransformerConfig::from_hf_json(SMOLLM2_135M_CONFIG, "SmolLM2-135M shape")?;
     let smollm2 = Policy::init(smollm2_cfg, 0, device, DType::F32)?;
     let smollm2_train = bench_train(
@@ -392,24 +402,7 @@ pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBe
 /// Runs every measurement on the CPU.
 pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     let device = Device::Cpu;
-    let tiny = Policy::init(tiny_default_config()?, 0, &device, DType::F32)?;
-    let tiny_train = bench_train(
-        &tiny,
-        options.train_batch,
-        options.train_seq_len,
-        options.n_train_steps,
-    )?;
-    let mut tiny_decode = Vec::new();
-    for batch in [1, options.decode_batch] {
-        tiny_decode.push(bench_decode(
-            &tiny,
-            "tiny-qwen3 f32",
-            batch,
-            16,
-            options.n_decode_tokens,
-            &Sampling::greedy(),
-        )?);
-    }
+    let (tiny, tiny_train, tiny_decode) = tiny_figures(options, &device)?;
     let mut smollm2_decode = Vec::new();
     let mut prompt_ids = Vec::new();
     if options.smollm2 {

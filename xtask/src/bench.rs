@@ -70,7 +70,8 @@ pub fn parse_simd(args: &[String]) -> Result<Simd> {
         Some(i) => match args.get(i + 1).map(String::as_str) {
             Some("avx2") => Ok(Simd::Avx2),
             Some("native") => Ok(Simd::Native),
-            other => bail!("--simd takes avx2 or native, not {other:?}"),
+            Some(other) => bail!("--simd takes avx2 or native, not {other:?}"),
+            None => bail!("--simd needs a value: avx2 or native"),
         },
     }
 }

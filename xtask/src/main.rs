@@ -65,7 +65,8 @@ fn run() -> Result<()> {
         Some("test") => test_all(),
         Some("check") => match args.get(1).map(String::as_str) {
             Some("cuda") => check_cuda::check_cuda(&root),
-            other => bail!("usage: cargo xtask check cuda (got {other:?})"),
+            Some(other) => bail!("no check named {other:?}; the checks are: cuda"),
+            None => bail!("usage: cargo xtask check cuda"),
         },
         Some("device-check") => device_check::device_check(&root),
         Some("bench") => run_bench(&root, args.get(1).map(String::as_str), &args[1..]),

@@ -342,8 +342,13 @@ impl SimdLevel {
 /// `scalar`), so that any machine can measure the kernels an older CPU would run.
 pub const SIMD_ENV: &str = "ENVACE_SIMD";
 
-/// What this CPU has.
+/// What this CPU has, detected once: the kernels' safety checks read it on every call.
 fn detected_simd() -> SimdLevel {
+    static DETECTED: std::sync::OnceLock<SimdLevel> = std::sync::OnceLock::new();
+    *DETECTED.get_or_init(detect_simd)
+}
+
+fn detect_simd() -> SimdLevel {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
@@ -550,6 +555,30 @@ fn exp_shifted_at(
     }
     exp_shifted_scalar(values, shift, scale, out)
 }
+
+/// The vector exponentials' range: below `EXP_LOWEST` exp underflows f32's normal range, and
+/// arguments are clamped to `EXP_HIGHEST` (softmax arguments are at most 0 anyway).
+#[cfg(target_arch = "x86_64")]
+const EXP_LOWEST: f32 = -87.336_54;
+#[cfg(target_arch = "x86_64")]
+const EXP_HIGHEST: f32 = 88.0;
+/// ln 2 in two parts (Cody and Waite), for an exact `x − k ln 2`.
+#[cfg(target_arch = "x86_64")]
+const LN2_HI: f32 = 0.693_359_4;
+#[cfg(target_arch = "x86_64")]
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// exp(r)'s Taylor coefficients to r^7, highest first (Horner's scheme).
+#[cfg(target_arch = "x86_64")]
+const EXP_COEFFS: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
 
 fn exp_shifted_scalar(values: &[f32], shift: f32, scale: f32, out: &mut [f32]) -> f64 {
     let mut sum = 0f64;
@@ -824,21 +853,9 @@ mod avx512 {
     ) -> f64 {
         // exp(x) = 2^n · exp(r), n = round(x / ln 2), r = x − n ln 2 (in two parts, Cody and
         // Waite), |r| ≤ ln 2 / 2; exp(r) by its Taylor series to r^7 (error below 1e-8).
-        const LOWEST: f32 = -87.336_54; // below this exp underflows f32's normal range
-        const LN2_HI: f32 = 0.693_359_4;
-        const LN2_LO: f32 = -2.121_944_4e-4;
-        let coeffs = [
-            1.0 / 5040.0,
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ];
+        use super::{EXP_COEFFS, EXP_HIGHEST, EXP_LOWEST, LN2_HI, LN2_LO};
         let (shift_v, scale_v) = (_mm512_set1_ps(shift), _mm512_set1_ps(scale));
-        let lowest = _mm512_set1_ps(LOWEST);
+        let lowest = _mm512_set1_ps(EXP_LOWEST);
         let mut sums = [_mm512_setzero_pd(); 2];
         let n = values.len() / 16 * 16;
         let mut i = 0;
@@ -848,14 +865,14 @@ mod avx512 {
             let x = _mm512_mul_ps(_mm512_sub_ps(v, shift_v), scale_v);
             // NaN and arguments past underflow give 0 (an ordered compare is false for NaN).
             let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, lowest);
-            let x = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(88.0));
+            let x = _mm512_min_ps(_mm512_max_ps(x, lowest), _mm512_set1_ps(EXP_HIGHEST));
             let k = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                 _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
             );
             let r = _mm512_fnmadd_ps(k, _mm512_set1_ps(LN2_HI), x);
             let r = _mm512_fnmadd_ps(k, _mm512_set1_ps(LN2_LO), r);
-            let mut p = _mm512_set1_ps(coeffs[0]);
-            for &c in &coeffs[1..] {
+            let mut p = _mm512_set1_ps(EXP_COEFFS[0]);
+            for &c in &EXP_COEFFS[1..] {
                 p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
             }
             let e = _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, k));
@@ -908,22 +925,6 @@ mod avx2 {
 
     use std::arch::x86_64::*;
 
-    /// Constants of the exponential's range reduction and polynomial (as the AVX-512 one).
-    const EXP_LOWEST: f32 = -87.336_54; // below this exp underflows f32's normal range
-    const EXP_HIGHEST: f32 = 88.0;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const EXP_COEFFS: [f32; 8] = [
-        1.0 / 5040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ];
-
     /// [`super::exp_shifted_f32`]. Safety: AVX2 and FMA are present and the lengths match.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn exp_shifted(
@@ -935,6 +936,7 @@ mod avx2 {
         // exp(x) = 2^k · exp(r), k = round(x / ln 2), r = x − k ln 2 (in two parts), |r| ≤
         // ln 2 / 2, exp(r) by its Taylor series to r^7. AVX2 has no `scalef`: 2^k is built in
         // the exponent field, which the clamp to [-87.3, 88] keeps normal (k in [-126, 127]).
+        use super::{EXP_COEFFS, EXP_HIGHEST, EXP_LOWEST, LN2_HI, LN2_LO};
         let (shift_v, scale_v) = (_mm256_set1_ps(shift), _mm256_set1_ps(scale));
         let (lowest, highest) = (_mm256_set1_ps(EXP_LOWEST), _mm256_set1_ps(EXP_HIGHEST));
         let mut sums = [_mm256_setzero_pd(); 2];

@@ -331,31 +331,7 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
     if installed().as_deref() == Some(wanted.as_str()) && built_as().as_deref() == Some(&build) {
         return Ok(python);
     }
-    if !python.is_file() {
-        let found = Command::new("python3").arg("--version").output();
-        if !found.is_ok_and(|out| out.status.success()) {
-            bail!(
-                "python3 is not installed; the model benchmark runs its PyTorch and llama.cpp \
-                 peers in Python (Debian: `apt-get install python3 python3-venv python3-pip`)"
-            );
-        }
-        eprintln!(
-            "xtask: creating the benchmark's Python environment {}",
-            venv.display()
-        );
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(venv)
-            .status()
-            .context("cannot run python3 -m venv")?;
-        if !status.success() || !python.is_file() {
-            bail!(
-                "`python3 -m venv {}` failed ({status}); install the venv module and pip \
-                 (Debian: `apt-get install python3-venv python3-pip`)",
-                venv.display()
-            );
-        }
-    }
+    create_venv(venv)?;
     eprintln!(
         "xtask: installing {TORCH} and {NUMPY} into {} (PyPI's CUDA build, about 5 GB; it runs \
          on the CPU)",
@@ -414,17 +390,7 @@ pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
     if installed().as_deref() == Some(wanted) {
         return Ok(python);
     }
-    if !python.is_file() {
-        eprintln!("xtask: creating the Python environment {}", venv.display());
-        let status = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(venv)
-            .status()
-            .context("cannot run python3 -m venv (Debian: `apt-get install python3-venv`)")?;
-        if !status.success() || !python.is_file() {
-            bail!("`python3 -m venv {}` failed ({status})", venv.display());
-        }
-    }
+    create_venv(venv)?;
     eprintln!(
         "xtask: installing {TORCH} and {NUMPY} into {}",
         venv.display()
@@ -441,6 +407,35 @@ pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
     }
 }
 
+/// Creates the virtual environment `venv` unless its Python is there; returns that Python.
+pub(crate) fn create_venv(venv: &Path) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python");
+    if python.is_file() {
+        return Ok(python);
+    }
+    let found = Command::new("python3").arg("--version").output();
+    if !found.is_ok_and(|out| out.status.success()) {
+        bail!(
+            "python3 is not installed; the benchmarks and checks run their peers and tools in \
+             Python (Debian: `apt-get install python3 python3-venv python3-pip`)"
+        );
+    }
+    eprintln!("xtask: creating the Python environment {}", venv.display());
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status()
+        .context("cannot run python3 -m venv")?;
+    if !status.success() || !python.is_file() {
+        bail!(
+            "`python3 -m venv {}` failed ({status}); install the venv module and pip \
+             (Debian: `apt-get install python3-venv python3-pip`)",
+            venv.display()
+        );
+    }
+    Ok(python)
+}
+
 /// What `python -c code` prints (trimmed), or `None` when it cannot run or fails.
 fn python_says(python: &Path, code: &str) -> Option<String> {
     Command::new(python)
@@ -453,7 +448,7 @@ fn python_says(python: &Path, code: &str) -> Option<String> {
 }
 
 /// `pip install ARGS` with the virtual environment's Python.
-fn pip(python: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
+pub(crate) fn pip(python: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
     let status = Command::new(python)
         .args(["-m", "pip", "install", "--disable-pip-version-check"])
         .args(args)

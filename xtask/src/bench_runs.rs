@@ -49,20 +49,7 @@ pub(crate) fn release_example_without_avx512(root: &Path, name: &str) -> Result<
         "--example",
         name,
     ];
-    eprintln!(
-        "xtask: $ CARGO_TARGET_DIR={} cargo {}",
-        dir.display(),
-        args.join(" ")
-    );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .args(args)
-        .env("CARGO_TARGET_DIR", &dir)
-        .status()
-        .with_context(|| format!("cannot start {cargo}"))?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
+    crate::cargo_env(&args, &[("CARGO_TARGET_DIR", dir.display().to_string())])?;
     Ok(dir.join("release").join("examples").join(name))
 }
 

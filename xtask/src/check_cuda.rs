@@ -180,23 +180,11 @@ pub fn check_cuda(root: &Path) -> Result<()> {
         "envace/cuda",
     ];
     eprintln!(
-        "xtask: $ cargo {} (CUDA {CUDA_RELEASE} from {}, compute capability {compute_cap}, into {})",
-        args.join(" "),
+        "xtask: CUDA {CUDA_RELEASE} from {}, compute capability {compute_cap}, into {}",
         toolkit.home.display(),
         target_dir.display()
     );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(args)
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-        .status()
-        .with_context(|| format!("cannot start {cargo}"))?;
-    if !status.success() {
-        bail!(
-            "the CUDA build failed ({status}): `cargo {}`",
-            args.join(" ")
-        );
-    }
+    crate::cargo_env(&args, &envs).context("the CUDA build failed")?;
     let build_secs = build_started.elapsed().as_secs_f64();
 
     // The built binaries need the wheels' libraries and a `libcuda.so.1`: the stub, in a
@@ -288,41 +276,16 @@ fn ensure_toolkit(base: &Path) -> Result<PathBuf> {
     let record = venv.join("envace-cuda-wheels.txt");
     let wanted = WHEELS.join("\n");
     if std::fs::read_to_string(&record).ok().as_deref() != Some(wanted.as_str()) {
-        let python = venv.join("bin").join("python");
-        if !python.is_file() {
-            std::fs::create_dir_all(base)
-                .with_context(|| format!("cannot create {}", base.display()))?;
-            eprintln!("xtask: creating {}", venv.display());
-            let status = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .context("cannot run python3 -m venv (Debian: `apt-get install python3-venv`)")?;
-            if !status.success() {
-                bail!("`python3 -m venv {}` failed ({status})", venv.display());
-            }
-        }
+        std::fs::create_dir_all(base)
+            .with_context(|| format!("cannot create {}", base.display()))?;
+        let python = crate::bench::create_venv(&venv)?;
         eprintln!(
             "xtask: installing the CUDA {CUDA_RELEASE} compiler and libraries from PyPI into {} (about 1.2 GB)",
             venv.display()
         );
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--quiet",
-            ])
-            .args(WHEELS)
-            .status()
-            .with_context(|| format!("cannot run {} -m pip", python.display()))?;
-        if !status.success() {
-            bail!(
-                "`pip install {}` failed ({status}); is PyPI reachable?",
-                WHEELS.join(" ")
-            );
-        }
+        let mut args = vec!["--quiet"];
+        args.extend(WHEELS);
+        crate::bench::pip(&python, &args, &[])?;
         std::fs::write(&record, &wanted)
             .with_context(|| format!("cannot write {}", record.display()))?;
     }

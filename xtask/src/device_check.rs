@@ -42,8 +42,11 @@ pub fn device_check(root: &Path) -> Result<()> {
         "--",
         "_cuda",
     ];
-    eprintln!("xtask: $ cargo {}", test_args.join(" "));
-    let (passed, failed, test_ok) = run_tests(&test_args, &envs)?;
+    let (passed, failed, status) = crate::run_cargo_tests(&test_args, &envs)?;
+    if passed + failed == 0 {
+        bail!("`cargo {}` ran no test ({status})", test_args.join(" "));
+    }
+    let test_ok = status.success();
     eprintln!("xtask: CUDA test bodies: {passed} passed, {failed} failed");
 
     // Ours on the GPU.
@@ -58,16 +61,7 @@ pub fn device_check(root: &Path) -> Result<()> {
         "--example",
         "model_bench",
     ];
-    eprintln!("xtask: $ cargo {}", build_args.join(" "));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(build_args)
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-        .status()
-        .with_context(|| format!("cannot start {cargo}"))?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", build_args.join(" "));
-    }
+    crate::cargo_env(&build_args, &envs)?;
     let bench_bin = target_dir
         .join("release")
         .join("examples")
@@ -183,34 +177,4 @@ fn gpu() -> Result<Value> {
         "driver": fields[2],
         "memory": fields[3],
     }))
-}
-
-/// Runs `cargo ARGS` (a test run) with `envs`, passing its output through; returns the passed
-/// and failed counts over its `test result:` lines and whether it succeeded.
-fn run_tests(args: &[&str], envs: &[(&'static str, String)]) -> Result<(u64, u64, bool)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut child = Command::new(&cargo)
-        .args(args)
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {cargo}"))?;
-    let stdout = child.stdout.take().context("no stdout from cargo test")?;
-    let (mut passed, mut failed) = (0, 0);
-    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-        let line = line.context("reading cargo test output")?;
-        println!("{line}");
-        if let Some(summary) = line.strip_prefix("test result: ") {
-            passed += crate::count_before(summary, " passed");
-            failed += crate::count_before(summary, " failed");
-        }
-    }
-    let status = child.wait().context("waiting for cargo test")?;
-    if passed + failed == 0 && !status.success() {
-        bail!(
-            "`cargo {}` failed to build or run ({status})",
-            args.join(" ")
-        );
-    }
-    Ok((passed, failed, status.success()))
 }

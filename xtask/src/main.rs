@@ -90,10 +90,24 @@ fn repo_root() -> Result<PathBuf> {
 
 /// Runs a command, echoing it first; fails with the command line when it fails.
 pub(crate) fn cargo(args: &[&str]) -> Result<()> {
+    cargo_env(args, &[])
+}
+
+/// [`cargo`] with extra environment variables (echoed before the command).
+pub(crate) fn cargo_env(args: &[&str], envs: &[(&str, String)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("xtask: $ cargo {}", args.join(" "));
+    // PATH is shown by name only: its value is the whole search path.
+    let shown: Vec<String> = envs
+        .iter()
+        .map(|(k, v)| match *k {
+            "PATH" => "PATH=… ".to_owned(),
+            _ => format!("{k}={v} "),
+        })
+        .collect();
+    eprintln!("xtask: $ {}cargo {}", shown.concat(), args.join(" "));
     let status = Command::new(&cargo)
         .args(args)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .status()
         .with_context(|| format!("cannot start {cargo}"))?;
     if !status.success() {
@@ -137,10 +151,28 @@ fn test_all() -> Result<()> {
 /// Runs `cargo test`, passing its output through, and ends with one summary line
 /// `N passed, N failed` over every test binary.
 fn cargo_test(args: &[&str]) -> Result<()> {
+    let (n_passed, n_failed, status) = run_cargo_tests(args, &[])?;
+    println!("{n_passed} passed, {n_failed} failed");
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    if n_passed == 0 {
+        bail!("no test ran");
+    }
+    Ok(())
+}
+
+/// Runs `cargo ARGS` (a test run) with `envs`, passing its output through; returns the
+/// passed and failed counts over its `test result:` lines and how it exited.
+pub(crate) fn run_cargo_tests(
+    args: &[&str],
+    envs: &[(&str, String)],
+) -> Result<(u64, u64, std::process::ExitStatus)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: $ cargo {}", args.join(" "));
     let mut child = Command::new(&cargo)
         .args(args)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {cargo}"))?;
@@ -155,14 +187,7 @@ fn cargo_test(args: &[&str]) -> Result<()> {
         }
     }
     let status = child.wait().context("waiting for cargo test")?;
-    println!("{n_passed} passed, {n_failed} failed");
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", args.join(" "));
-    }
-    if n_passed == 0 {
-        bail!("no test ran");
-    }
-    Ok(())
+    Ok((n_passed, n_failed, status))
 }
 
 /// The number just before `word` in a libtest summary such as `ok. 11 passed; 0 failed; ...`.

@@ -10,7 +10,9 @@ use anyhow::{Result, bail};
 use envace::config;
 use envace::store::{self, ExportFormat, ExportTable, Store};
 
-use crate::{Cli, Command, ConfigCommand, FormatArg, RunsCommand, TableArg};
+use envace::controller::{JobPool, job_pool};
+
+use crate::{Cli, Command, ConfigCommand, FormatArg, PoolArg, RunsCommand, TableArg};
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -90,6 +92,29 @@ fn config_command(command: ConfigCommand) -> Result<ExitCode> {
                     out.display()
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        ConfigCommand::Tasks {
+            config: file,
+            pool,
+            limit,
+            out,
+            force,
+        } => {
+            let experiment = config::parse_file(&file)?;
+            let pool = match pool {
+                PoolArg::Sft => JobPool::Sft,
+                PoolArg::Rl => JobPool::Rl,
+                PoolArg::HeldOut => JobPool::HeldOut,
+            };
+            let sources = envace::rl::session::load_sources(&experiment)?;
+            let tasks = job_pool(&experiment, &sources, pool)?;
+            let mut text = String::new();
+            for task in tasks.iter().take(limit.unwrap_or(usize::MAX)) {
+                text.push_str(&serde_json::to_string(task.as_ref())?);
+                text.push('\n');
+            }
+            emit(out.as_deref(), force, text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         ConfigCommand::Presets => {

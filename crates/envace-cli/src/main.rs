@@ -191,6 +191,37 @@ enum ConfigCommand {
     },
     /// List the presets.
     Presets,
+    /// Write the generated tasks a job with this config trains or evaluates on, exactly as
+    /// the job generates them (same seeds, sizes and order), one JSON object per line: id,
+    /// family, request, checklists (the rule judge's standards) and the oracle trajectory.
+    Tasks {
+        /// The experiment config (TOML).
+        #[arg(value_name = "FILE")]
+        config: PathBuf,
+        /// Which pool.
+        #[arg(long, value_enum, default_value = "rl")]
+        pool: PoolArg,
+        /// Only the first N tasks of the pool.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Write to this file instead of standard output.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Overwrite --out if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A job's task pool.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PoolArg {
+    /// The SFT corpus.
+    Sft,
+    /// The RL prompts, in the order the steps take them.
+    Rl,
+    /// The held-out tasks evaluations score.
+    HeldOut,
 }
 
 #[derive(Debug, Subcommand)]

@@ -252,18 +252,53 @@ fn run_job(spec: JobSpec, run: RunId, mut hooks: ChannelHooks) -> Result<JobOutc
     result
 }
 
-/// The held-out tasks a run evaluates on: `[eval].max_tasks` (100 when unset) of the test split.
+/// One of the task pools a job draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobPool {
+    /// The SFT corpus: `[sft].n_tasks` tasks of `[env].task_split`.
+    Sft,
+    /// The RL prompts: `[rl].n_tasks` (else 16 × `[rl].batch_size`, at least 64) tasks of
+    /// `[env].task_split`, taken in order, `[rl].batch_size` per step.
+    Rl,
+    /// The held-out tasks evaluations score: `[eval].max_tasks` (100 when unset) of the test
+    /// split.
+    HeldOut,
+}
+
+/// The tasks of `pool` exactly as a job with `config` generates them (same sizes, seeds and
+/// order), so that tools outside the job (`envace config tasks`, the GRPO benchmark's peer)
+/// see the job's own tasks.
+pub fn job_pool(
+    config: &ExperimentConfig,
+    sources: &crate::tasks::GenSources,
+    pool: JobPool,
+) -> Result<Vec<Arc<GenTask>>> {
+    let seed = config.run.seed;
+    match pool {
+        JobPool::Sft => sft_task_pool(config, sources, config.sft.n_tasks as usize, seed),
+        JobPool::Rl => task_pool(
+            config,
+            sources,
+            config.env.task_split,
+            config.rl.pool_size(),
+            seed.wrapping_add(1),
+        ),
+        JobPool::HeldOut => task_pool(
+            config,
+            sources,
+            TaskSplit::Test,
+            config.eval.max_tasks.unwrap_or(100) as usize,
+            seed.wrapping_add(2),
+        ),
+    }
+}
+
+/// The held-out tasks a run evaluates on ([`JobPool::HeldOut`]).
 fn held_out_tasks(
     config: &ExperimentConfig,
     sources: &crate::tasks::GenSources,
 ) -> Result<Vec<Arc<GenTask>>> {
-    task_pool(
-        config,
-        sources,
-        TaskSplit::Test,
-        config.eval.max_tasks.unwrap_or(100) as usize,
-        config.run.seed.wrapping_add(2),
-    )
+    job_pool(config, sources, JobPool::HeldOut)
 }
 
 /// Evaluates the rehearsal-budget curve of `run`'s latest checkpoint under `config` (the run's
@@ -320,12 +355,7 @@ fn open_session(
         message: "loading data and building the task pools".to_owned(),
     });
     let sources = load_sources(&config)?;
-    let sft_tasks = sft_task_pool(
-        &config,
-        &sources,
-        config.sft.n_tasks as usize,
-        config.run.seed,
-    )?;
+    let sft_tasks = job_pool(&config, &sources, JobPool::Sft)?;
     let session = match spec.resume {
         Some(run) => {
             let mut session = Session::resume(config, run, writer, sources)?;
@@ -366,13 +396,7 @@ fn run_session(
         return Ok(JobOutcome::Stopped);
     }
     if session.phase == Phase::Rl {
-        let rl_tasks = task_pool(
-            &config,
-            &session.sources,
-            config.env.task_split,
-            config.rl.pool_size(),
-            config.run.seed.wrapping_add(1),
-        )?;
+        let rl_tasks = job_pool(&config, &session.sources, JobPool::Rl)?;
         if grpo::train(session, &rl_tasks, &test_tasks, hooks)? == Flow::Stop {
             return Ok(JobOutcome::Stopped);
         }

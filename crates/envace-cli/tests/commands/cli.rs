@@ -339,3 +339,48 @@ fn a_bad_format_is_a_usage_error() {
         stderr(&out)
     );
 }
+
+#[test]
+fn config_tasks_writes_the_jobs_own_tasks_in_order_with_their_checklists() {
+    use envace::controller::{JobPool, job_pool};
+    let home = tempfile::tempdir().unwrap();
+    let file = "assets/configs/quickstart.toml";
+    let experiment = envace::config::parse_file(&repo_root().join(file)).unwrap();
+    let sources = envace::rl::session::load_sources(&experiment).unwrap();
+    for (arg, pool) in [("rl", JobPool::Rl), ("held-out", JobPool::HeldOut)] {
+        let out = envace(
+            home.path(),
+            &["config", "tasks", file, "--pool", arg, "--limit", "5"],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let printed: Vec<serde_json::Value> = stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let expected = job_pool(&experiment, &sources, pool).unwrap();
+        assert_eq!(printed.len(), 5);
+        for (line, task) in printed.iter().zip(&expected) {
+            assert_eq!(line["id"], task.id.as_str());
+            assert_eq!(line["request"], task.request.as_str());
+            let standards = line["checklists"][0]["standards"].as_array().unwrap();
+            assert_eq!(standards.len(), task.checklists[0].standards.len());
+            assert!(standards.iter().all(|s| s["rule"].is_object()), "{line}");
+        }
+    }
+    let rl = envace(home.path(), &["config", "tasks", file, "--limit", "1"]);
+    let held_out = envace(
+        home.path(),
+        &[
+            "config", "tasks", file, "--pool", "held-out", "--limit", "1",
+        ],
+    );
+    assert_ne!(stdout(&rl), stdout(&held_out));
+
+    let out = envace(home.path(), &["config", "tasks", "nope/missing.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("nope/missing.toml"),
+        "{}",
+        stderr(&out)
+    );
+}

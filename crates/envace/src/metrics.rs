@@ -306,6 +306,24 @@ pub const METRICS: &[Metric] = &[
         "tokens/s",
         None,
     ),
+    metric(
+        "perf/update_secs",
+        "wall time of the step's update (losses, backward, optimizer)",
+        "s",
+        None,
+    ),
+    metric(
+        "perf/generated_tokens",
+        "tokens generated in the step",
+        "tokens",
+        None,
+    ),
+    metric(
+        "perf/peak_rss_mib",
+        "peak resident memory of the process so far",
+        "MiB",
+        None,
+    ),
 ];
 
 /// Every evaluation category.

@@ -82,9 +82,40 @@ pub fn keep_freed_memory() -> i64 {
     i64::from(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) })
 }
 
+/// The process's peak resident memory so far in MiB (`VmHWM` of `/proc/self/status`), or
+/// `None` where the system has no such file (not Linux).
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_hwm_mib(&status)
+}
+
+/// `VmHWM` of a `/proc/<pid>/status` text, in MiB (the kernel writes it in kB).
+fn vm_hwm_mib(status: &str) -> Option<f64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peak_memory_is_read_from_the_kernels_status_text() {
+        let status = "Name:\tenvace\nVmPeak:\t  900000 kB\nVmHWM:\t  524288 kB\nVmRSS:\t 1024 kB\n";
+        assert_eq!(vm_hwm_mib(status), Some(512.0));
+        assert_eq!(vm_hwm_mib("Name:\tenvace\n"), None);
+        if cfg!(target_os = "linux") {
+            let mib = peak_rss_mib().expect("Linux has /proc/self/status");
+            assert!(mib > 1.0, "a test process holds more than 1 MiB: {mib}");
+        }
+    }
 
     #[test]
     fn the_purge_option_is_the_one_mimalloc_reads_from_its_environment_variable() {

@@ -658,6 +658,7 @@ pub fn train(
             .collect();
 
         // Advantages, then the loss over micro-batches with accumulated gradients.
+        let update_started = Instant::now();
         let mut items = items_of(&trained, &rl);
         // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
         items.sort_by_key(|step_item| step_item.item.window_len(max_len));
@@ -696,6 +697,8 @@ pub fn train(
             (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, rl.grad_clip, 1.0)?,
             _ => 0.0,
         };
+
+        let update_secs = update_started.elapsed().as_secs_f64();
 
         // Metrics: per role, fidelity, throughput.
         let secs = step_started.elapsed().as_secs_f64();
@@ -789,6 +792,11 @@ pub fn train(
         );
         let tokens_per_sec = total as f64 / (secs - rollout_secs).max(1e-9);
         metrics.insert("perf/tokens_per_sec".to_owned(), tokens_per_sec);
+        metrics.insert("perf/update_secs".to_owned(), update_secs);
+        metrics.insert("perf/generated_tokens".to_owned(), generated_tokens as f64);
+        if let Some(mib) = crate::runtime::peak_rss_mib() {
+            metrics.insert("perf/peak_rss_mib".to_owned(), mib);
+        }
         for (key, value) in &metrics {
             session.writer.metric(u64::from(step), key, *value)?;
         }

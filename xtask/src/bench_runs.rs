@@ -10,6 +10,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use crate::bench::Simd;
+
 /// Issue #6's target: rehearsal GRPO's held-out success within 15 minutes.
 const TARGET_REHEARSAL_SUCCESS: f64 = 0.6;
 const TARGET_WALL_SECS: f64 = 15.0 * 60.0;
@@ -20,37 +22,37 @@ pub(crate) fn target_dir(root: &Path) -> PathBuf {
         .unwrap_or_else(|| root.join("target"))
 }
 
-/// Builds the `envace` crate's example `name` in release and returns the path of its binary.
-pub(crate) fn release_example(root: &Path, name: &str) -> Result<PathBuf> {
-    crate::cargo(&[
-        "build",
-        "--locked",
-        "--release",
-        "--package",
-        "envace",
-        "--example",
-        name,
-    ])?;
-    Ok(target_dir(root).join("release").join("examples").join(name))
+/// Builds `selection` (packages and targets) with `cargo build --locked --release`, and returns
+/// the folder its binaries land in. [`Simd::Avx2`] builds without the default `avx512`
+/// features (candle's matrix products on gemm's AVX2 kernels) into `target/bench-avx2`, so that
+/// the two builds do not replace each other.
+fn release_build(root: &Path, simd: Simd, selection: &[&str]) -> Result<PathBuf> {
+    let mut args = vec!["build", "--locked", "--release"];
+    args.extend_from_slice(selection);
+    match simd {
+        Simd::Native => {
+            crate::cargo(&args)?;
+            Ok(target_dir(root).join("release"))
+        }
+        Simd::Avx2 => {
+            let dir = root.join("target").join("bench-avx2");
+            args.push("--no-default-features");
+            crate::cargo_env(&args, &[("CARGO_TARGET_DIR", dir.display().to_string())])?;
+            Ok(dir.join("release"))
+        }
+    }
 }
 
-/// [`release_example`] built without the engine's default `avx512` feature (candle's matrix
-/// products on gemm's AVX2 kernels), into `target/bench-avx2` so that the two builds do not
-/// replace each other.
-pub(crate) fn release_example_without_avx512(root: &Path, name: &str) -> Result<PathBuf> {
-    let dir = root.join("target").join("bench-avx2");
-    let args = [
-        "build",
-        "--locked",
-        "--release",
-        "--package",
-        "envace",
-        "--no-default-features",
-        "--example",
-        name,
-    ];
-    crate::cargo_env(&args, &[("CARGO_TARGET_DIR", dir.display().to_string())])?;
-    Ok(dir.join("release").join("examples").join(name))
+/// Builds the `envace` crate's example `name` in release and returns the path of its binary.
+pub(crate) fn release_example(root: &Path, name: &str, simd: Simd) -> Result<PathBuf> {
+    let dir = release_build(root, simd, &["--package", "envace", "--example", name])?;
+    Ok(dir.join("examples").join(name))
+}
+
+/// Builds the `envace` binary in release and returns its path.
+pub(crate) fn release_cli(root: &Path, simd: Simd) -> Result<PathBuf> {
+    let dir = release_build(root, simd, &["--package", "envace-cli"])?;
+    Ok(dir.join("envace"))
 }
 
 fn threads() -> String {
@@ -78,7 +80,7 @@ pub(crate) fn write_result(root: &Path, name: &str, result: &Value) -> Result<()
 /// `cargo xtask bench rollout`: episodes per minute and generated tokens/s with the real
 /// environment and with rehearsal, on the quickstart config, in one run.
 pub fn rollout(root: &Path) -> Result<()> {
-    let bin = release_example(root, "rollout_bench")?;
+    let bin = release_example(root, "rollout_bench", Simd::Native)?;
     let mut command = Command::new(&bin);
     command
         .args(["--episodes", "16"])
@@ -230,8 +232,7 @@ fn sft_steps(root: &Path, config: &str) -> Result<u64> {
 /// baseline, same seed and budget; SFT only is the held-out success both runs measure before
 /// their first RL step.
 pub fn quickstart(root: &Path) -> Result<()> {
-    crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
-    let envace = target_dir(root).join("release").join("envace");
+    let envace = release_cli(root, Simd::Native)?;
     let bench_dir = root.join("target").join("bench").join("quickstart");
     let rehearsed = train(
         &envace,

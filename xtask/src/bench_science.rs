@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use toml_edit::{DocumentMut, Item, value};
 
-use crate::bench_runs::{read_toml, target_dir, write_result};
+use crate::bench_runs::{read_toml, write_result};
 
 /// Held-out tasks and sampled trials of every evaluation of the benchmark.
 const EVAL_TASKS: i64 = 200;
@@ -522,8 +522,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
     // hours of training; `envace train` validates each arm's config in full.
     base_config(config, 0)?;
     let commit = commit();
-    crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
-    let envace = target_dir(root).join("release").join("envace");
+    let envace = crate::bench_runs::release_cli(root, crate::bench::Simd::Native)?;
     let bench_dir = root.join("target").join("bench").join("science");
     let started = Instant::now();
     let mut per_seed = Vec::new();

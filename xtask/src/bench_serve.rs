@@ -155,11 +155,9 @@ pub fn serve(root: &Path) -> Result<()> {
     let gguf = std::fs::canonicalize(smollm2_gguf()?)
         .context("cannot resolve the path of the SmolLM2 GGUF")?;
     let load_start = load_avg();
-    crate::cargo(&["build", "--locked", "--release", "--package", "envace-cli"])?;
-    let model_bench = crate::bench_runs::release_example(root, "model_bench")?;
-    let envace = crate::bench_runs::target_dir(root)
-        .join("release")
-        .join("envace");
+    let envace = crate::bench_runs::release_cli(root, crate::bench::Simd::Native)?;
+    let model_bench =
+        crate::bench_runs::release_example(root, "model_bench", crate::bench::Simd::Native)?;
 
     eprintln!("xtask: in-process quantised decoding ({n_threads} threads)");
     let in_process = run_json(

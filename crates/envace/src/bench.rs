@@ -16,6 +16,9 @@ use crate::model::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 /// machine may be shared and a run that another process interrupted says nothing about ours.
 pub const DECODE_REPEATS: usize = 3;
 
+/// Tokens per row of the prompt pass that gives the machine's dense rate on the tiny model.
+pub const PROMPT_PASS_LEN: usize = 128;
+
 /// What to measure and how long.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchOptions {
@@ -84,9 +87,118 @@ pub struct DecodeFigures {
     pub secs: f64,
     /// New tokens per second over all rows.
     pub tokens_per_sec: f64,
+    /// Multiply-adds per second of the whole run, prompt pass included ([`decode_multiply_adds`];
+    /// 0 for the quantized model, which is not counted).
+    pub multiply_adds_per_sec: f64,
     /// The decoded ids, for single-row runs that a peer reproduces (compared token by token).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Vec<u32>>,
+}
+
+/// A prompt pass: `batch` rows of `prompt_len` tokens through a fresh KV cache in one forward
+/// (what generation does before its first token), the machine's dense rate on this model.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptPassFigures {
+    /// Rows.
+    pub batch: usize,
+    /// Tokens per row.
+    pub prompt_len: usize,
+    /// Seconds of one pass (the fastest of [`DECODE_REPEATS`]).
+    pub secs: f64,
+    /// Prompt tokens per second.
+    pub tokens_per_sec: f64,
+    /// Multiply-adds per second ([`prompt_multiply_adds`]).
+    pub multiply_adds_per_sec: f64,
+}
+
+/// Multiply-adds of one token through every layer's weight matrices (the attention projections
+/// and the SwiGLU), without attention over the context and without the vocabulary head.
+fn layer_weight_multiply_adds(cfg: &TransformerConfig) -> f64 {
+    let (hidden, inter) = (cfg.hidden_size as f64, cfg.intermediate_size as f64);
+    let q = (cfg.n_heads * cfg.head_dim) as f64;
+    let kv = (cfg.n_kv_heads * cfg.head_dim) as f64;
+    cfg.n_layers as f64 * (2.0 * hidden * q + 2.0 * hidden * kv + 3.0 * hidden * inter)
+}
+
+/// Multiply-adds of one token's attention over `context` keys in every layer (scores and the
+/// weighted sum of values).
+fn attention_multiply_adds(cfg: &TransformerConfig, context: usize) -> f64 {
+    (cfg.n_layers * cfg.n_heads * cfg.head_dim * context * 2) as f64
+}
+
+/// Multiply-adds of one row's vocabulary head.
+fn head_multiply_adds(cfg: &TransformerConfig) -> f64 {
+    (cfg.hidden_size * cfg.vocab_size) as f64
+}
+
+/// Multiply-adds of a prompt pass of `batch` rows of `prompt_len` tokens: every token through
+/// the layers with causal attention, the head on each row's last position only (as
+/// [`Policy::forward_cached`] does).
+pub fn prompt_multiply_adds(cfg: &TransformerConfig, batch: usize, prompt_len: usize) -> f64 {
+    let per_row: f64 = (1..=prompt_len)
+        .map(|context| layer_weight_multiply_adds(cfg) + attention_multiply_adds(cfg, context))
+        .sum::<f64>()
+        + head_multiply_adds(cfg);
+    batch as f64 * per_row
+}
+
+/// Multiply-adds of generating `n_new` tokens per row after a `prompt_len` prompt: the prompt
+/// pass (which yields the first token), then one single-token forward per further token, each
+/// through the layers, attention over everything before it, and the head.
+pub fn decode_multiply_adds(
+    cfg: &TransformerConfig,
+    batch: usize,
+    prompt_len: usize,
+    n_new: usize,
+) -> f64 {
+    let steps: f64 = (1..n_new)
+        .map(|i| {
+            layer_weight_multiply_adds(cfg)
+                + attention_multiply_adds(cfg, prompt_len + i)
+                + head_multiply_adds(cfg)
+        })
+        .sum();
+    prompt_multiply_adds(cfg, batch, prompt_len) + batch as f64 * steps
+}
+
+/// One prompt pass of `batch` rows of `prompt_len` pseudo-random tokens, timed (the fastest of
+/// [`DECODE_REPEATS`] after a warm-up).
+pub fn bench_prompt_pass(
+    policy: &Policy,
+    batch: usize,
+    prompt_len: usize,
+) -> Result<PromptPassFigures> {
+    let vocab = policy.config().vocab_size as u32;
+    let ids: Vec<u32> = (0..(batch * prompt_len) as u32)
+        .map(|i| (i * 7 + 3) % vocab)
+        .collect();
+    let input = Tensor::from_vec(ids, (batch, prompt_len), policy.device())
+        .map_err(|e| Error::candle("prompt pass input", e))?;
+    let pass = || -> Result<f64> {
+        let start = Instant::now();
+        let mut cache = crate::model::KvCache::new();
+        let logits = policy.forward_cached(&input, None, &mut cache)?;
+        policy
+            .device()
+            .synchronize()
+            .map_err(|e| Error::candle("prompt pass", e))?;
+        drop(logits);
+        Ok(start.elapsed().as_secs_f64())
+    };
+    pass()?;
+    let mut secs = f64::INFINITY;
+    for _ in 0..DECODE_REPEATS {
+        secs = secs.min(pass()?);
+    }
+    let tokens = (batch * prompt_len) as f64;
+    Ok(PromptPassFigures {
+        batch,
+        prompt_len,
+        secs,
+        tokens_per_sec: tokens / secs.max(1e-9),
+        multiply_adds_per_sec: prompt_multiply_adds(policy.config(), batch, prompt_len)
+            / secs.max(1e-9),
+    })
 }
 
 /// The sizes of the trained model, as a peer needs them to build the same one.
@@ -153,6 +265,8 @@ pub struct ModelBench {
     pub tiny_train: TrainFigures,
     /// Decoding of the same model, one row and `decode_batch` rows.
     pub tiny_decode: Vec<DecodeFigures>,
+    /// A prompt pass of the same model: `decode_batch` rows of [`PROMPT_PASS_LEN`] tokens.
+    pub tiny_prompt_pass: PromptPassFigures,
     /// SmolLM2-135M-Instruct decoding, Q4_1 and dequantized f32 (empty when not asked for).
     pub smollm2_decode: Vec<DecodeFigures>,
     /// The prompt ids SmolLM2 decodes from (empty when not asked for).
@@ -285,6 +399,7 @@ pub fn bench_decode(
     }
     let (secs, out) = best.unwrap_or_default();
     let n_tokens = out.iter().map(Vec::len).sum();
+    let multiply_adds = decode_multiply_adds(policy.config(), batch, prompt_len, n_new);
     Ok(DecodeFigures {
         model: model.to_owned(),
         batch,
@@ -292,6 +407,7 @@ pub fn bench_decode(
         n_tokens,
         secs,
         tokens_per_sec: n_tokens as f64 / secs.max(1e-9),
+        multiply_adds_per_sec: multiply_adds / secs.max(1e-9),
         tokens: (batch == 1).then(|| out.into_iter().flatten().collect()),
     })
 }
@@ -321,6 +437,7 @@ pub fn bench_quantized_decode(
         n_tokens: out.len(),
         secs,
         tokens_per_sec: out.len() as f64 / secs.max(1e-9),
+        multiply_adds_per_sec: 0.0,
         tokens: Some(out),
     })
 }
@@ -403,6 +520,7 @@ pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBe
 pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     let device = Device::Cpu;
     let (tiny, tiny_train, tiny_decode) = tiny_figures(options, &device)?;
+    let tiny_prompt_pass = bench_prompt_pass(&tiny, options.decode_batch, PROMPT_PASS_LEN)?;
     let mut smollm2_decode = Vec::new();
     let mut prompt_ids = Vec::new();
     if options.smollm2 {
@@ -444,7 +562,31 @@ pub fn run(options: &BenchOptions) -> Result<ModelBench> {
         tiny_config: ModelShape::of(tiny.config()),
         tiny_train,
         tiny_decode,
+        tiny_prompt_pass,
         smollm2_decode,
         smollm2_prompt: prompt_ids,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiply_adds_count_every_matrix_once_per_token() {
+        let cfg = tiny_default_config().expect("the default tiny config");
+        // Per token: q and o (256 × 256 each), k and v (256 × 128 each), the SwiGLU (3 × 256 ×
+        // 768), in each of 4 layers; the head is 256 × 4096.
+        let layers = 4.0 * (2.0 * 256.0 * 256.0 + 2.0 * 256.0 * 128.0 + 3.0 * 256.0 * 768.0);
+        assert_eq!(layer_weight_multiply_adds(&cfg), layers);
+        assert_eq!(head_multiply_adds(&cfg), 256.0 * 4096.0);
+        // Two prompt tokens: contexts 1 and 2, 4 layers × 4 heads × 64 × 2 per key.
+        let attention = 4.0 * 4.0 * 64.0 * 2.0 * (1.0 + 2.0);
+        let one_row = 2.0 * layers + attention + 256.0 * 4096.0;
+        assert_eq!(prompt_multiply_adds(&cfg, 3, 2), 3.0 * one_row);
+        // One new token comes from the prompt pass; a second one costs a forward at context 3.
+        assert_eq!(decode_multiply_adds(&cfg, 3, 2, 1), 3.0 * one_row);
+        let step = layers + 4.0 * 4.0 * 64.0 * 2.0 * 3.0 + 256.0 * 4096.0;
+        assert_eq!(decode_multiply_adds(&cfg, 3, 2, 2), 3.0 * (one_row + step));
+    }
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_chart;
+mod bench_grpo;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
@@ -33,6 +34,10 @@ commands:
                              decoding vs llama.cpp, batched vs single-stream decoding
                              (--simd avx2: our side held to AVX2 kernels, as on a CPU
                              without AVX-512)
+                 grpo        [--simd avx2] our GRPO step vs TRL's GRPOTrainer on the same work
+                             (single turn, random init, same prompts, sizes and
+                             reward rule): steps/min, generated tokens/s, update time,
+                             peak memory; then our multi-turn rehearsal step beside it
                  rollout     episodes/min and tokens/s, real vs rehearsed tool responses
                  quickstart  wall time and held-out success: SFT only, real-environment
                              GRPO and rehearsal GRPO on the same budget
@@ -271,6 +276,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
     // (rollout, quickstart) land with the issues that set their targets.
     match name {
         Some("model") => bench::model(root, bench::parse_simd(args)?),
+        Some("grpo") => bench_grpo::grpo(root, bench::parse_simd(args)?),
         Some("rollout") => bench_runs::rollout(root),
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),
@@ -283,12 +289,12 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         ),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, serve, rollout, quickstart, chart, science"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, rollout, quickstart, chart, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, serve, rollout, quickstart, chart, science"
+                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, rollout, quickstart, chart, science"
             )
         }
     }

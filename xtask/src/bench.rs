@@ -66,6 +66,20 @@ pub enum Simd {
 }
 
 impl Simd {
+    /// The environment that holds PyTorch to the same vector extensions: its own kernels
+    /// (`ATEN_CPU_CAPABILITY`), oneDNN's and MKL's (none for native). llama.cpp is compiled for
+    /// this CPU and cannot be held back at run time.
+    pub fn torch_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Simd::Native => &[],
+            Simd::Avx2 => &[
+                ("ATEN_CPU_CAPABILITY", "avx2"),
+                ("ONEDNN_MAX_CPU_ISA", "AVX2"),
+                ("MKL_ENABLE_INSTRUCTIONS", "AVX2"),
+            ],
+        }
+    }
+
     /// The `ENVACE_SIMD` value that holds our kernels to this set (none for native).
     pub fn env_value(self) -> Option<&'static str> {
         match self {
@@ -122,6 +136,7 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
         &root.join("xtask/bench/torch_train.py"),
         &torch_cfg,
         n_threads,
+        simd.torch_env(),
     )?;
     let torch = best_run(&torch_runs)?;
 
@@ -153,6 +168,7 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
         &root.join("xtask/bench/llama_cpp_decode.py"),
         &llama_cfg,
         n_threads,
+        &[],
     )?;
     let llama = best_run(&llama_runs)?;
     let load_end = load_avg();
@@ -180,6 +196,9 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
             // products had their AVX-512 kernels compiled in, as the binary reports them.
             "simd": field(&ours, "simd")?,
             "gemm_avx512_compiled": field(&ours, "gemm_avx512_compiled")?,
+            // What held PyTorch to the same kernel set (empty: its own dispatch); llama.cpp
+            // runs what it was compiled for (this CPU) either way.
+            "pytorch_env": simd.torch_env().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "n_threads": n_threads,
             "n_cpus": std::thread::available_parallelism().map_or(0, usize::from),
             "load_avg_start": load_start,
@@ -257,7 +276,13 @@ pub(crate) fn ours_command(bin: &Path, simd_env: Option<&str>) -> Command {
 /// too: on a shared machine the peers' OpenMP threads spin-wait and can collapse when a core is
 /// busy, so each ratio is taken against the peer's faster run (conservative for us; ours runs
 /// on `n_threads` only).
-fn peer_runs(python: &Path, script: &Path, cfg: &Value, n_threads: usize) -> Result<Vec<Value>> {
+fn peer_runs(
+    python: &Path,
+    script: &Path,
+    cfg: &Value,
+    n_threads: usize,
+    envs: &[(&str, &str)],
+) -> Result<Vec<Value>> {
     let name = script.file_name().map_or_else(
         || script.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -273,7 +298,10 @@ fn peer_runs(python: &Path, script: &Path, cfg: &Value, n_threads: usize) -> Res
         }
         eprintln!("xtask: measuring {name} ({threads} threads)");
         runs.push(run_json(
-            Command::new(python).arg(script).arg(cfg.to_string()),
+            Command::new(python)
+                .arg(script)
+                .arg(cfg.to_string())
+                .envs(envs.iter().copied()),
             &format!("xtask/bench/{name}"),
         )?);
     }

@@ -16,7 +16,8 @@
 //! a short SFT warm start so that the policy calls tools at all.
 //!
 //! `--simd avx2` runs our side as a CPU without AVX-512 would (the CLI built without the
-//! `avx512` feature into `target/bench-avx2`, `ENVACE_SIMD=avx2`) and writes `grpo-avx2.json`.
+//! `avx512` feature into `target/bench-avx2`, `ENVACE_SIMD=avx2`), holds PyTorch under TRL to AVX2
+//! as well ([`Simd::torch_env`]), and writes `grpo-avx2.json`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -341,7 +342,10 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
     eprintln!("xtask: measuring TRL's GRPOTrainer ({n_threads} threads)");
     let script = root.join("xtask").join("bench").join("trl_grpo.py");
     let trl = crate::bench::run_json(
-        Command::new(&python).arg(&script).arg(peer_cfg.to_string()),
+        Command::new(&python)
+            .arg(&script)
+            .arg(peer_cfg.to_string())
+            .envs(simd.torch_env().iter().copied()),
         "xtask/bench/trl_grpo.py",
     )?;
     let trl_steps: Vec<serde_json::Map<String, Value>> = trl["steps"]
@@ -404,6 +408,8 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
             // AVX-512 kernels compiled in; TRL runs PyTorch's own dispatch either way.
             "simd": simd.env_value().unwrap_or("native"),
             "gemm_avx512_compiled": simd == Simd::Native,
+            // What held PyTorch under TRL to the same kernel set (empty: its own dispatch).
+            "trl_env": simd.torch_env().iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "n_threads": n_threads,
             "load_avg_start": load_start,
             "load_avg_end": load_end,

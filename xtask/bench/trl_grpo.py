@@ -8,7 +8,8 @@ What is the same as our run (the xtask passes it all in CONFIG_JSON):
 - the prompts: the exact prompt token ids our run's act turns were generated from, read from
   its run store, step by step in the same order (TRL's shuffling off), decoded to text and
   checked to encode back to the same ids;
-- the step: `batch_size` prompts x `group_size` completions of at most `max_completion_length`
+- the step (activations kept for the backward, no recomputation, as ours):
+  `batch_size` prompts x `group_size` completions of at most `max_completion_length`
   tokens sampled at the same temperature and top-p, the reward of each completion, then one
   optimizer update over micro-batches of `micro_batch_size` completions (TRL's gradient
   accumulation), clipped-ratio loss with the same epsilon and KL coefficient against a frozen
@@ -239,6 +240,9 @@ def main():
     args = GRPOConfig(
         output_dir=os.path.join(work, "out"),
         use_cpu=True,
+        # TRL turns activation checkpointing on by default (the forward recomputed in the
+        # backward); ours keeps activations, so TRL must too for the same work.
+        activation_checkpointing=False,
         bf16=False,
         fp16=False,
         seed=cfg["seed"],
@@ -320,6 +324,7 @@ def main():
                 "steps": steps_out,
                 "rewards": [row["reward"] for row in log],
                 "optimizer_updates": trainer.state.global_step,
+                "activation_checkpointing": bool(trainer.args.activation_checkpointing),
                 "peak_rss_mib": peak,
                 "n_prompts": len(prompt_texts),
                 "our_rewards_checked": ours_checked,

@@ -191,8 +191,12 @@ fn timed(steps: &[serde_json::Map<String, Value>], key: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The mean, 0 for none (a float sum of nothing is -0).
 fn mean(values: &[f64]) -> f64 {
-    values.iter().sum::<f64>() / values.len().max(1) as f64
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
 }
 
 /// Steps per minute, generated tokens/s, mean rollout and update seconds of timed steps.
@@ -367,6 +371,7 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
         for key in [
             "peak_rss_mib",
             "optimizer_updates",
+            "activation_checkpointing",
             "versions",
             "rewards",
             "n_prompts",

@@ -426,24 +426,45 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
 /// A virtual environment with only the pinned torch and numpy (the device check's PyTorch
 /// peer), created and filled when they are not there yet; returns its Python.
 pub(crate) fn ensure_torch_venv(venv: &Path) -> Result<PathBuf> {
+    ensure_pinned(
+        venv,
+        &[TORCH],
+        &[NUMPY],
+        "import torch; print(torch.__version__.split('+')[0])",
+    )
+}
+
+/// The Python of `venv` with `requirements` (each `name==version`) installed: pip installs
+/// them, with `also` beside them, unless `probe` already prints their versions in order,
+/// separated by spaces; the versions are checked again afterwards. Creates the environment
+/// when it is not there.
+pub(crate) fn ensure_pinned(
+    venv: &Path,
+    requirements: &[&str],
+    also: &[&str],
+    probe: &str,
+) -> Result<PathBuf> {
     let python = venv.join("bin").join("python");
-    let wanted = pinned_version(TORCH);
-    let probe = "import torch; print(torch.__version__.split('+')[0])";
-    let installed = || python_says(&python, probe);
-    if installed().as_deref() == Some(wanted) {
+    let wanted: Vec<&str> = requirements.iter().map(|r| pinned_version(r)).collect();
+    let wanted = wanted.join(" ");
+    if python_says(&python, probe).as_deref() == Some(wanted.as_str()) {
         return Ok(python);
     }
     create_venv(venv)?;
+    let mut args = requirements.to_vec();
+    args.extend_from_slice(also);
     eprintln!(
-        "xtask: installing {TORCH} and {NUMPY} into {}",
+        "xtask: installing {} into {}",
+        args.join(" "),
         venv.display()
     );
-    pip(&python, &[TORCH, NUMPY], &[])?;
-    match installed() {
+    pip(&python, &args, &[])?;
+    match python_says(&python, probe) {
         Some(found) if found == wanted => Ok(python),
         found => bail!(
-            "after installing, {} reports torch {found:?}, expected {wanted:?}; delete {} and \
-             run again",
+            "after installing {}, {} reports versions {found:?}, expected {wanted:?}; delete {} \
+             and run again",
+            requirements.join(" "),
             python.display(),
             venv.display()
         ),
@@ -480,7 +501,7 @@ pub(crate) fn create_venv(venv: &Path) -> Result<PathBuf> {
 }
 
 /// What `python -c code` prints (trimmed), or `None` when it cannot run or fails.
-pub(crate) fn python_says(python: &Path, code: &str) -> Option<String> {
+fn python_says(python: &Path, code: &str) -> Option<String> {
     Command::new(python)
         .args(["-c", code])
         .stderr(Stdio::null())
@@ -509,7 +530,7 @@ pub(crate) fn pip(python: &Path, args: &[&str], envs: &[(&str, &str)]) -> Result
 }
 
 /// `1.2.3` from `name==1.2.3`.
-pub(crate) fn pinned_version(requirement: &str) -> &str {
+fn pinned_version(requirement: &str) -> &str {
     requirement
         .split_once("==")
         .map_or(requirement, |(_, version)| version)

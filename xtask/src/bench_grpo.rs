@@ -247,37 +247,17 @@ fn ours_summary(ours: &Ours) -> Value {
     out
 }
 
-/// The benchmark venv's Python with TRL installed at the pinned versions.
+/// The benchmark venv's Python with TRL installed at the pinned versions, beside the model
+/// benchmark's torch (kept at its pin while TRL's requirements are resolved).
 fn ensure_trl_venv(venv: &Path) -> Result<PathBuf> {
-    let python = crate::bench::ensure_torch_venv(venv)?;
-    let probe = "import trl, transformers, datasets, accelerate; print(trl.__version__, \
-                 transformers.__version__, datasets.__version__, accelerate.__version__)";
-    let wanted: Vec<&str> = TRL
-        .iter()
-        .map(|r| crate::bench::pinned_version(r))
-        .collect();
-    let wanted = wanted.join(" ");
-    if crate::bench::python_says(&python, probe).as_deref() == Some(wanted.as_str()) {
-        return Ok(python);
-    }
-    eprintln!(
-        "xtask: installing {} into {}",
-        TRL.join(" "),
-        venv.display()
-    );
-    let mut args: Vec<&str> = TRL.to_vec();
-    // Keep torch at the model benchmark's pin while TRL's requirements are resolved.
-    args.push(crate::bench::TORCH);
-    crate::bench::pip(&python, &args, &[])?;
-    match crate::bench::python_says(&python, probe) {
-        Some(found) if found == wanted => Ok(python),
-        found => bail!(
-            "after installing, {} reports trl, transformers, datasets, accelerate {found:?}, \
-             expected {wanted:?}; delete {} and run again",
-            python.display(),
-            venv.display()
-        ),
-    }
+    crate::bench::ensure_torch_venv(venv)?;
+    crate::bench::ensure_pinned(
+        venv,
+        TRL,
+        &[crate::bench::TORCH],
+        "import trl, transformers, datasets, accelerate; print(trl.__version__, \
+         transformers.__version__, datasets.__version__, accelerate.__version__)",
+    )
 }
 
 /// `cargo xtask bench grpo [--simd avx2]`.

@@ -276,6 +276,13 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
     doc["sft"]["enabled"] = value(false);
     doc["env"]["max_turns"] = value(1);
     doc["env"]["tool_response_mode"] = value("real");
+    // Settings the quickstart leaves to the engine's defaults are written out, so that both
+    // sides read every value from this one config.
+    for (key, default) in [("weight_decay", 0.01), ("top_p", 1.0)] {
+        if doc["rl"].get(key).is_none() {
+            doc["rl"][key] = value(default);
+        }
+    }
     let single_dir = dir.join("single-turn");
     let single = train(&envace, simd, &single_dir, &doc, 0, n_threads)?;
     let tasks = single_dir.join("tasks.jsonl");
@@ -309,18 +316,20 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
         "model_config_dir": single.checkpoint.join("model"),
         "stop_token": STOP_TOKEN,
         "n_threads": n_threads,
-        "seed": 7,
+        "seed": doc["run"]["seed"]
+            .as_integer()
+            .context("the quickstart has no whole number [run].seed")?,
         "n_steps": N_STEPS,
         "batch_size": integer("batch_size")?,
         "group_size": integer("group_size")?,
         "micro_batch_size": integer("micro_batch_size")?,
         "max_completion_length": integer("max_response_tokens")?,
         "temperature": number("temperature")?,
-        "top_p": 1.0,
+        "top_p": number("top_p")?,
         "lr": number("lr")?,
         "kl_coef": number("kl_coef")?,
         "clip_ratio": number("clip_ratio_high")?,
-        "weight_decay": 0.01,
+        "weight_decay": number("weight_decay")?,
         "grad_clip": number("grad_clip")?,
     });
     eprintln!("xtask: measuring TRL's GRPOTrainer ({n_threads} threads)");

@@ -87,9 +87,10 @@ pub struct DecodeFigures {
     pub secs: f64,
     /// New tokens per second over all rows.
     pub tokens_per_sec: f64,
-    /// Multiply-adds per second of the whole run, prompt pass included ([`decode_multiply_adds`];
-    /// 0 for the quantized model, which is not counted).
-    pub multiply_adds_per_sec: f64,
+    /// Multiply-adds per second of the whole run, prompt pass included
+    /// ([`decode_multiply_adds`]); not counted for the quantized model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multiply_adds_per_sec: Option<f64>,
     /// The decoded ids, for single-row runs that a peer reproduces (compared token by token).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Vec<u32>>,
@@ -407,7 +408,7 @@ pub fn bench_decode(
         n_tokens,
         secs,
         tokens_per_sec: n_tokens as f64 / secs.max(1e-9),
-        multiply_adds_per_sec: multiply_adds / secs.max(1e-9),
+        multiply_adds_per_sec: Some(multiply_adds / secs.max(1e-9)),
         tokens: (batch == 1).then(|| out.into_iter().flatten().collect()),
     })
 }
@@ -437,7 +438,7 @@ pub fn bench_quantized_decode(
         n_tokens: out.len(),
         secs,
         tokens_per_sec: out.len() as f64 / secs.max(1e-9),
-        multiply_adds_per_sec: 0.0,
+        multiply_adds_per_sec: None,
         tokens: Some(out),
     })
 }

@@ -6,6 +6,7 @@ mod bench_grpo;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
+mod check_aarch64;
 mod check_cuda;
 mod device_check;
 mod setup;
@@ -25,6 +26,10 @@ commands:
   test         set up, then run every check and test (what CI runs)
   check cuda   build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
                (installed into the cache folder; no GPU needed), failing on a warning
+  check aarch64
+               cross-compile the engine and CLI for 64-bit ARM Linux (NEON kernels),
+               failing on a warning, and run the engine's model and kernel tests
+               under qemu-aarch64
   device-check on a machine with an NVIDIA GPU: the CUDA build, every per-device test
                body on CUDA, and training and batched decoding on the GPU against
                PyTorch on the same GPU (one JSON line; target/bench/device-check.json)
@@ -70,8 +75,9 @@ fn run() -> Result<()> {
         Some("test") => test_all(),
         Some("check") => match args.get(1).map(String::as_str) {
             Some("cuda") => check_cuda::check_cuda(&root),
-            Some(other) => bail!("no check named {other:?}; the checks are: cuda"),
-            None => bail!("usage: cargo xtask check cuda"),
+            Some("aarch64") => check_aarch64::check_aarch64(&root),
+            Some(other) => bail!("no check named {other:?}; the checks are: cuda, aarch64"),
+            None => bail!("usage: cargo xtask check cuda|aarch64"),
         },
         Some("device-check") => device_check::device_check(&root),
         Some("bench") => run_bench(&root, args.get(1).map(String::as_str), &args[1..]),

@@ -212,7 +212,7 @@ fn ensure_npm_packages() -> Result<()> {
     Ok(())
 }
 
-fn ensure_apt(packages: &[(&str, &str)]) -> Result<()> {
+pub(crate) fn ensure_apt(packages: &[(&str, &str)]) -> Result<()> {
     if Command::new("dpkg-query")
         .arg("--version")
         .output()

@@ -1,7 +1,8 @@
 //! Quantised weight matrices for CPU decoding of GGUF models: Q4_1 and Q8_0 rows multiplied by
-//! activations quantised to Q8_1, with an AVX2 kernel chosen at run time
-//! (`is_x86_feature_detected!`) and a scalar reference that every other path is tested against;
-//! and the f32 dot products of few-row decoding (AVX2, and a 4 × 4 AVX-512 tile).
+//! activations quantised to Q8_1, with an AVX2 kernel (x86-64) or a NEON one (aarch64, in
+//! `quant/neon.rs`) chosen at run time, and a scalar reference that every other path is tested
+//! against; and the f32 dot products of few-row decoding (AVX2, NEON, and 4 × 4 AVX-512 and
+//! NEON tiles).
 //!
 //! The layouts follow ggml. A Q4_1 block holds 32 weights as a scale `d`, a minimum `m` and 16
 //! bytes of 4-bit codes (the low nibble of byte `j` is weight `j`, the high nibble weight
@@ -11,8 +12,12 @@
 //! once, when a matrix is loaded.
 
 // `std::arch` loads read through raw pointers and calling a `#[target_feature]` function needs
-// `unsafe`; both are confined to the AVX2 kernels below, which check every length first.
+// `unsafe`; both are confined to the AVX2, AVX-512 and NEON kernels, which check every length
+// first.
 #![allow(unsafe_code)]
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 use half::f16;
 use rayon::prelude::*;
@@ -314,13 +319,18 @@ pub enum Kernel {
     Scalar,
     /// AVX2 + FMA (x86-64, detected at run time).
     Avx2,
+    /// NEON (aarch64, detected at run time).
+    Neon,
 }
 
-/// The widest vector extensions our CPU kernels use, in increasing order.
+/// The widest vector extensions our CPU kernels use, in increasing order. A CPU has the sets
+/// of its architecture only ([`KERNEL_SETS`]): NEON on aarch64, AVX2 and AVX-512 on x86-64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SimdLevel {
     /// Portable Rust only.
     Scalar,
+    /// NEON (Advanced SIMD, every aarch64 CPU).
+    Neon,
     /// AVX2 and FMA.
     Avx2,
     /// AVX2, FMA and AVX-512F.
@@ -332,6 +342,7 @@ impl SimdLevel {
     pub fn name(self) -> &'static str {
         match self {
             SimdLevel::Scalar => "scalar",
+            SimdLevel::Neon => "neon",
             SimdLevel::Avx2 => "avx2",
             SimdLevel::Avx512 => "avx512",
         }
@@ -339,8 +350,22 @@ impl SimdLevel {
 }
 
 /// The environment variable that lowers [`simd_level`] below what the CPU has (`avx2` or
-/// `scalar`), so that any machine can measure the kernels an older CPU would run.
+/// `scalar` on x86-64, `scalar` on aarch64), so that any machine can measure the kernels an
+/// older CPU would run.
 pub const SIMD_ENV: &str = "ENVACE_SIMD";
+
+/// The kernel sets this architecture's CPUs can have, widest first: the values `ENVACE_SIMD`
+/// takes here.
+#[cfg(target_arch = "x86_64")]
+pub const KERNEL_SETS: &[SimdLevel] = &[SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Scalar];
+/// The kernel sets this architecture's CPUs can have, widest first: the values `ENVACE_SIMD`
+/// takes here.
+#[cfg(target_arch = "aarch64")]
+pub const KERNEL_SETS: &[SimdLevel] = &[SimdLevel::Neon, SimdLevel::Scalar];
+/// The kernel sets this architecture's CPUs can have, widest first: the values `ENVACE_SIMD`
+/// takes here.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const KERNEL_SETS: &[SimdLevel] = &[SimdLevel::Scalar];
 
 /// What this CPU has, detected once: the kernels' safety checks read it on every call.
 fn detected_simd() -> SimdLevel {
@@ -359,22 +384,39 @@ fn detect_simd() -> SimdLevel {
             return SimdLevel::Avx2;
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return SimdLevel::Neon;
+        }
+    }
     SimdLevel::Scalar
 }
 
-/// The level `ENVACE_SIMD=value` gives on a CPU with `detected`: never above the CPU's; an
-/// unknown value is an error naming the variable and the values it takes.
-pub fn simd_level_from(value: Option<&str>, detected: SimdLevel) -> Result<SimdLevel, String> {
+/// The level `ENVACE_SIMD=value` gives on a CPU with `detected`: never above the CPU's; a value
+/// that is not one of `sets` (this architecture's [`KERNEL_SETS`]) is an error naming the
+/// variable and the values it takes.
+pub fn simd_level_from(
+    value: Option<&str>,
+    detected: SimdLevel,
+    sets: &[SimdLevel],
+) -> Result<SimdLevel, String> {
     let asked = match value.map(str::trim) {
         None | Some("") => return Ok(detected),
-        Some("avx512") => SimdLevel::Avx512,
-        Some("avx2") => SimdLevel::Avx2,
-        Some("scalar") => SimdLevel::Scalar,
-        Some(other) => {
-            return Err(format!(
-                "{SIMD_ENV}={other:?} is not a kernel set; use avx512, avx2 or scalar (or unset it)"
-            ));
-        }
+        Some(name) => sets.iter().copied().find(|set| set.name() == name),
+    };
+    let Some(asked) = asked else {
+        let names: Vec<&str> = sets.iter().map(|set| set.name()).collect();
+        let listed = match names.split_last() {
+            Some((last, [])) => (*last).to_owned(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        return Err(format!(
+            "{SIMD_ENV}={:?} is not a kernel set of this CPU ({}); use {listed} (or unset it)",
+            value.unwrap_or_default(),
+            std::env::consts::ARCH
+        ));
     };
     Ok(asked.min(detected))
 }
@@ -383,7 +425,7 @@ pub fn simd_level_from(value: Option<&str>, detected: SimdLevel) -> Result<SimdL
 /// starts, so that a typo is an error message rather than a panic in the first kernel.
 pub fn checked_simd_level() -> Result<SimdLevel, String> {
     let value = std::env::var(SIMD_ENV).ok();
-    simd_level_from(value.as_deref(), detected_simd())
+    simd_level_from(value.as_deref(), detected_simd(), KERNEL_SETS)
 }
 
 /// The vector extensions every CPU kernel of ours uses: the CPU's, or fewer when `ENVACE_SIMD`
@@ -395,10 +437,10 @@ pub fn simd_level() -> SimdLevel {
 
 /// The fastest kernel this CPU supports (within [`simd_level`]).
 pub fn best_kernel() -> Kernel {
-    if simd_level() >= SimdLevel::Avx2 {
-        Kernel::Avx2
-    } else {
-        Kernel::Scalar
+    match simd_level() {
+        SimdLevel::Avx2 | SimdLevel::Avx512 => Kernel::Avx2,
+        SimdLevel::Neon => Kernel::Neon,
+        SimdLevel::Scalar => Kernel::Scalar,
     }
 }
 
@@ -408,13 +450,19 @@ fn avx512_allowed() -> bool {
     simd_level() == SimdLevel::Avx512
 }
 
-/// `Σ a[i] · b[i]` over the shorter of two f32 slices, with the AVX2 kernel where the CPU has
-/// it (decoding's attention and small-batch products use it on plain f32 weights).
+/// `Σ a[i] · b[i]` over the shorter of two f32 slices, with the AVX2 or NEON kernel where the
+/// CPU has it (decoding's attention and small-batch products use it on plain f32 weights).
 pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {
         if best_kernel() == Kernel::Avx2 {
             return avx2::dot_f32_checked(a, b);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if best_kernel() == Kernel::Neon {
+            return neon::dot_f32_checked(a, b);
         }
     }
     a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -429,17 +477,29 @@ pub fn dot4_f32(w: &[f32], xs: [&[f32]; 4]) -> [f32; 4] {
             return avx2::dot4_f32_checked(w, xs);
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if best_kernel() == Kernel::Neon {
+            return neon::dot4_f32_checked(w, xs);
+        }
+    }
     xs.map(|x| w.iter().zip(x).map(|(a, b)| a * b).sum())
 }
 
 /// The sixteen dot products of four weight rows with four input rows, `out[a][b] = ws[a] ·
-/// xs[b]` (every slice at least as long as `ws[0]`): with AVX-512 each step loads four weight
-/// and four input vectors for sixteen multiply-adds; elsewhere it is four [`dot4_f32`].
+/// xs[b]` (every slice at least as long as `ws[0]`): with AVX-512 or NEON each step loads four
+/// weight and four input vectors for sixteen multiply-adds; elsewhere it is four [`dot4_f32`].
 pub fn dot4x4_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
     #[cfg(target_arch = "x86_64")]
     {
         if avx512_allowed() {
             return avx512::dot4x4_f32_checked(ws, xs);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if best_kernel() == Kernel::Neon {
+            return neon::dot4x4_f32_checked(ws, xs);
         }
     }
     let n = ws[0].len();
@@ -477,7 +537,12 @@ fn dots_strided_at(level: SimdLevel, q: &[f32], rows: &[f32], stride: usize, out
         // were checked above.
         SimdLevel::Avx512 => return unsafe { avx512::dots_strided(q, rows, stride, out) },
         SimdLevel::Avx2 => return unsafe { avx2::dots_strided(q, rows, stride, out) },
-        SimdLevel::Scalar => {}
+        SimdLevel::Neon | SimdLevel::Scalar => {}
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level == SimdLevel::Neon {
+        // SAFETY: the CPU has NEON (asserted above); the row bounds were checked above.
+        return unsafe { neon::dots_strided(q, rows, stride, out) };
     }
     for (j, o) in out.iter_mut().enumerate() {
         let row = &rows[j * stride..j * stride + d];
@@ -512,7 +577,12 @@ fn axpy_strided_at(
         // were checked above.
         SimdLevel::Avx512 => return unsafe { avx512::axpy_strided(out, weights, rows, stride) },
         SimdLevel::Avx2 => return unsafe { avx2::axpy_strided(out, weights, rows, stride) },
-        SimdLevel::Scalar => {}
+        SimdLevel::Neon | SimdLevel::Scalar => {}
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level == SimdLevel::Neon {
+        // SAFETY: the CPU has NEON (asserted above); the row bounds were checked above.
+        return unsafe { neon::axpy_strided(out, weights, rows, stride) };
     }
     for (j, &w) in weights.iter().enumerate() {
         if w != 0.0 {
@@ -551,24 +621,29 @@ fn exp_shifted_at(
         // match.
         SimdLevel::Avx512 => return unsafe { avx512::exp_shifted(values, shift, scale, out) },
         SimdLevel::Avx2 => return unsafe { avx2::exp_shifted(values, shift, scale, out) },
-        SimdLevel::Scalar => {}
+        SimdLevel::Neon | SimdLevel::Scalar => {}
+    }
+    #[cfg(target_arch = "aarch64")]
+    if level == SimdLevel::Neon {
+        // SAFETY: the CPU has NEON (asserted above); the lengths match.
+        return unsafe { neon::exp_shifted(values, shift, scale, out) };
     }
     exp_shifted_scalar(values, shift, scale, out)
 }
 
 /// The vector exponentials' range: below `EXP_LOWEST` exp underflows f32's normal range, and
 /// arguments are clamped to `EXP_HIGHEST` (softmax arguments are at most 0 anyway).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const EXP_LOWEST: f32 = -87.336_54;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const EXP_HIGHEST: f32 = 88.0;
 /// ln 2 in two parts (Cody and Waite), for an exact `x − k ln 2`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const LN2_HI: f32 = 0.693_359_4;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const LN2_LO: f32 = -2.121_944_4e-4;
 /// exp(r)'s Taylor coefficients to r^7, highest first (Horner's scheme).
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 const EXP_COEFFS: [f32; 8] = [
     1.0 / 5040.0,
     1.0 / 720.0,
@@ -649,6 +724,10 @@ fn dot_row(w: &QMatrix, row: usize, x: &Q8Rows, i: usize, n_blocks: usize, kerne
                 Kernel::Avx2 => {
                     avx2::dot_q4_1(w_codes, w_scales, w_mins, x_codes, x_scales, x_sums)
                 }
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Neon => {
+                    neon::dot_q4_1(w_codes, w_scales, w_mins, x_codes, x_scales, x_sums)
+                }
                 _ => dot_q4_1_scalar(w_codes, w_scales, w_mins, x_codes, x_scales, x_sums),
             }
         }
@@ -657,6 +736,8 @@ fn dot_row(w: &QMatrix, row: usize, x: &Q8Rows, i: usize, n_blocks: usize, kerne
             match kernel {
                 #[cfg(target_arch = "x86_64")]
                 Kernel::Avx2 => avx2::dot_q8_0(w_codes, w_scales, x_codes, x_scales),
+                #[cfg(target_arch = "aarch64")]
+                Kernel::Neon => neon::dot_q8_0(w_codes, w_scales, x_codes, x_scales),
                 _ => dot_q8_0_scalar(w_codes, w_scales, x_codes, x_scales),
             }
         }
@@ -1288,9 +1369,10 @@ mod tests {
 
     /// Every kernel set this CPU can run, the scalar reference first.
     fn levels() -> Vec<SimdLevel> {
-        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let levels: Vec<SimdLevel> = KERNEL_SETS.iter().rev().copied().collect();
         let found: Vec<SimdLevel> = levels
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|&l| l <= detected_simd())
             .collect();
         if found.len() < levels.len() {
@@ -1301,14 +1383,53 @@ mod tests {
 
     #[test]
     fn simd_env_lowers_the_kernel_set_but_never_raises_it() {
-        use SimdLevel::{Avx2, Avx512, Scalar};
-        assert_eq!(simd_level_from(None, Avx512), Ok(Avx512));
-        assert_eq!(simd_level_from(Some(""), Avx2), Ok(Avx2));
-        assert_eq!(simd_level_from(Some("avx2"), Avx512), Ok(Avx2));
-        assert_eq!(simd_level_from(Some(" scalar "), Avx512), Ok(Scalar));
-        assert_eq!(simd_level_from(Some("avx512"), Avx2), Ok(Avx2));
-        let err = simd_level_from(Some("AVX2"), Avx512).unwrap_err();
+        use SimdLevel::{Avx2, Avx512, Neon, Scalar};
+        let x86 = [Avx512, Avx2, Scalar];
+        assert_eq!(simd_level_from(None, Avx512, &x86), Ok(Avx512));
+        assert_eq!(simd_level_from(Some(""), Avx2, &x86), Ok(Avx2));
+        assert_eq!(simd_level_from(Some("avx2"), Avx512, &x86), Ok(Avx2));
+        assert_eq!(simd_level_from(Some(" scalar "), Avx512, &x86), Ok(Scalar));
+        assert_eq!(simd_level_from(Some("avx512"), Avx2, &x86), Ok(Avx2));
+        let err = simd_level_from(Some("AVX2"), Avx512, &x86).unwrap_err();
         assert!(err.contains("ENVACE_SIMD=\"AVX2\"") && err.contains("avx512, avx2 or scalar"));
+        // Another architecture's sets are not this CPU's: an error, never a silent fallback.
+        let err = simd_level_from(Some("neon"), Avx512, &x86).unwrap_err();
+        assert!(err.contains("not a kernel set of this CPU"), "{err}");
+        let arm = [Neon, Scalar];
+        assert_eq!(simd_level_from(Some("scalar"), Neon, &arm), Ok(Scalar));
+        assert_eq!(simd_level_from(Some("neon"), Neon, &arm), Ok(Neon));
+        let err = simd_level_from(Some("avx2"), Neon, &arm).unwrap_err();
+        assert!(err.contains("use neon or scalar"), "{err}");
+        // This build's own sets, widest first, end with the scalar reference.
+        assert_eq!(KERNEL_SETS.last(), Some(&Scalar));
+        assert!(KERNEL_SETS.contains(&detected_simd()));
+        // Every aarch64 Linux CPU has NEON, so its kernels are the ones tested there.
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(detected_simd(), Neon);
+    }
+
+    #[test]
+    fn dot_products_match_plain_sums_at_every_length() {
+        for n in [0, 1, 3, 4, 7, 8, 15, 16, 17, 33, 100, 256] {
+            let rows: Vec<Vec<f32>> = (0..5).map(|r| values(n + r, 50 + r as u64)).collect();
+            let plain = |a: &[f32], b: &[f32]| -> f32 { a.iter().zip(b).map(|(p, q)| p * q).sum() };
+            // Slices of different lengths: the shorter one decides.
+            let got = dot_f32(&rows[0], &rows[1]);
+            let expected = plain(&rows[0], &rows[1]);
+            assert!(
+                (got - expected).abs() < 1e-4,
+                "dot_f32, n = {n}: {got} vs {expected}"
+            );
+            let w = &rows[0][..n];
+            let xs = [&rows[1][..], &rows[2][..], &rows[3][..], &rows[4][..]];
+            for (x, got) in xs.iter().zip(dot4_f32(w, xs)) {
+                let expected = plain(w, x);
+                assert!(
+                    (got - expected).abs() < 1e-4,
+                    "dot4_f32, n = {n}: {got} vs {expected}"
+                );
+            }
+        }
     }
 
     /// Deterministic values in [-1, 1) (SplitMix64-style hashing of the index and a seed).
@@ -1457,11 +1578,11 @@ mod tests {
             (32, 300, 576),
             (3, 1000, 64),
         ];
-        let kernels = if best_kernel() == Kernel::Avx2 {
-            vec![Kernel::Scalar, Kernel::Avx2]
-        } else {
-            eprintln!("no AVX2 on this CPU: only the scalar kernel is checked");
+        let kernels = if best_kernel() == Kernel::Scalar {
+            eprintln!("no vector kernels on this CPU: only the scalar kernel is checked");
             vec![Kernel::Scalar]
+        } else {
+            vec![Kernel::Scalar, best_kernel()]
         };
         for (seed, &(m, n, k)) in shapes.iter().enumerate() {
             for kind in [QKind::Q4_1, QKind::Q8_0] {

@@ -39,18 +39,19 @@ pub(crate) struct Step {
 
 /// `x @ w.T` for a Hugging Face `(out, in)` weight, over any number of leading dimensions.
 /// A few rows (but not one) without gradient, as batched decoding has, take the in-place
-/// product of [`decode_ops::small_linear`].
+/// product of [`decode_ops::small_linear`]; training on the CPU takes [`cpu::linear`], one
+/// graph node instead of four.
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let tracked = x.track_op() || w.track_op();
+    if tracked && cpu::applies(x) && cpu::applies(w) {
+        return cpu::linear::linear(x, w);
+    }
     let dims = x.dims();
     let n_in = dims[dims.len() - 1];
     let n_rows = x.elem_count() / n_in;
     let x2 = x.reshape((n_rows, n_in))?;
     // One row is a matrix-vector product, which the matmul does without packing.
-    let y = if (2..=decode_ops::SMALL_ROWS).contains(&n_rows)
-        && cpu::applies(x)
-        && !x.track_op()
-        && !w.track_op()
-    {
+    let y = if (2..=decode_ops::SMALL_ROWS).contains(&n_rows) && cpu::applies(x) && !tracked {
         decode_ops::small_linear(&x2, w)?
     } else {
         x2.matmul(&w.t()?)?

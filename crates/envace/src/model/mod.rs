@@ -12,7 +12,7 @@
 //!
 //! | path | runs when | on the CPU in f32 | elsewhere (CUDA, other dtypes) |
 //! |---|---|---|---|
-//! | training forward, [`Policy::forward_train`] / [`Policy::forward_train_rows`] | SFT and GRPO losses: the whole sequence through the layers, causal + padding mask, every parameter gets its gradient; the losses take the final norm and the vocabulary head at the trained tokens only (`forward_train_rows`) | `cpu::train_ops` (fused, with a real backward) | candle's composed ops, whose backward works on every backend |
+//! | training forward, [`Policy::forward_train`] / [`Policy::forward_train_rows`] | SFT and GRPO losses: the whole sequence through the layers, causal + padding mask, every parameter gets its gradient; the losses take the final norm and the vocabulary head at the trained tokens only (`forward_train_rows`) | `cpu::train_ops` (fused, with a real backward) and `cpu::linear` (each linear layer one graph node) | candle's composed ops, whose backward works on every backend |
 //! | prompt pass, [`Policy::forward_cached`] | the prompt of every generation, into a [`KvCache`]; batched with left padding | candle's fused inference ops, `cpu::decode_ops::small_linear` for few-row products | candle's fused inference ops |
 //! | decode step (`decode.rs`) | each new token of [`Policy::generate`] after the prompt | plain loops over the weights, `cpu::decode_ops` and `cpu::quant`'s f32 primitives | [`Policy::forward_cached`] one position at a time |
 //! | quantised decode (`qllama.rs`, [`QuantizedLlama`]) | a GGUF served by `serve-model` (also when it is the external simulator) on its quantised weights | `cpu::quant`: Q4_1 / Q8_0 weights times Q8_1 activations | candle's `quantized_llama` |

@@ -1,4 +1,5 @@
-//! The model's CPU kernels: the training ops with a real backward (`train_ops`), the
+//! The model's CPU kernels: the training ops with a real backward (`train_ops`, and the linear
+//! layer as one graph node in `linear`), the
 //! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), and the
 //! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
 //!
@@ -7,6 +8,7 @@
 //! [`applies`] tells callers whether a tensor can take these kernels (f32 on the CPU).
 
 pub(crate) mod decode_ops;
+pub(crate) mod linear;
 pub mod quant;
 pub(crate) mod train_ops;
 

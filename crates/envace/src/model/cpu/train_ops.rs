@@ -13,6 +13,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
+use super::quant::exp_shifted_f32;
 use super::{CHUNK, f32s, for_rows, last_dim, min_rows};
 
 // ---------------------------------------------------------------------------------------------
@@ -73,24 +74,27 @@ impl CustomOp2 for TokenStats {
         out.par_chunks_mut(3)
             .enumerate()
             .with_min_len(min_rows(v))
-            .for_each(|(r, o)| {
-                let zs = &z[r * v..(r + 1) * v];
-                let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation.
-                let (mut sum, mut weighted) = (0f64, 0f64);
-                for &zi in zs {
-                    let d = zi - max;
-                    let e = f64::from(d.exp());
-                    sum += e;
-                    weighted += e * f64::from(d);
-                }
-                let log_sum = sum.ln();
-                let lse = f64::from(max) + log_sum;
-                o[0] = (f64::from(zs[targets[r] as usize]) - lse) as f32;
-                // H = −Σ p log p = ln S − Σ e·d / S.
-                o[1] = (log_sum - weighted / sum) as f32;
-                o[2] = lse as f32;
-            });
+            .for_each_init(
+                || vec![0f32; v],
+                |e, (r, o)| {
+                    let zs = &z[r * v..(r + 1) * v];
+                    let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation;
+                    // the exponentials by the vector kernel (the profile's largest scalar cost).
+                    let sum = exp_shifted_f32(zs, max, 1.0, e);
+                    let weighted: f64 = e
+                        .iter()
+                        .zip(zs)
+                        .map(|(&e, &zi)| f64::from(e) * f64::from(zi - max))
+                        .sum();
+                    let log_sum = sum.ln();
+                    let lse = f64::from(max) + log_sum;
+                    o[0] = (f64::from(zs[targets[r] as usize]) - lse) as f32;
+                    // H = −Σ p log p = ln S − Σ e·d / S.
+                    o[1] = (log_sum - weighted / sum) as f32;
+                    o[2] = lse as f32;
+                },
+            );
         Ok((CpuStorage::F32(out), Shape::from((n, 3))))
     }
 
@@ -136,10 +140,11 @@ impl CustomOp3 for TokenStatsBackward {
             let [g_logp, g_entropy, g_lse, _, entropy, lse] =
                 std::array::from_fn(|k| packed[r * 6 + k]);
             let zs = &z[r * v..(r + 1) * v];
+            // p = e^(z − lse) into the row by the vector kernel, then scaled in place.
+            exp_shifted_f32(zs, lse, 1.0, row);
             for (o, &zi) in row.iter_mut().zip(zs) {
                 let log_p = zi - lse;
-                let p = log_p.exp();
-                *o = p * (g_lse - g_logp - g_entropy * (log_p + entropy));
+                *o *= g_lse - g_logp - g_entropy * (log_p + entropy);
             }
             row[targets[r] as usize] += g_logp;
         });
@@ -152,9 +157,13 @@ impl CustomOp3 for TokenStatsBackward {
 
 /// `softmax(scale × scores)` over the last dimension with disallowed keys removed:
 /// `scores: (b, h, l, t)` f32, `allowed: (b, 1, l, t)` u8 (1 = the query may see the key). A
-/// row with no allowed key comes out as zeros.
+/// row with no allowed key comes out as zeros. `scale` is finite and non-zero (attention's
+/// `1/√d`).
 pub(crate) fn masked_softmax(scores: &Tensor, allowed: &Tensor, scale: f64) -> Result<Tensor> {
     let (b, h, l, t) = scores.dims4()?;
+    if !scale.is_finite() || scale == 0.0 {
+        bail!("fused attention softmax: the scale must be finite and non-zero, got {scale}")
+    }
     if allowed.dims() != [b, 1, l, t] {
         bail!(
             "fused attention softmax: the mask is {:?}, expected {:?}",
@@ -220,10 +229,13 @@ impl CustomOp2 for MaskedSoftmax {
             if max == f32::NEG_INFINITY {
                 return; // no key allowed: zeros
             }
+            // e^(x·scale − max) for every key by the vector kernel, then masked keys to 0.
+            exp_shifted_f32(xs, max / self.scale, self.scale, row);
             let mut sum = 0f32;
-            for ((o, &x), &m) in row.iter_mut().zip(xs).zip(ms) {
-                if m != 0 {
-                    *o = (x * self.scale - max).exp();
+            for (o, &m) in row.iter_mut().zip(ms) {
+                if m == 0 {
+                    *o = 0.0;
+                } else {
                     sum += *o;
                 }
             }

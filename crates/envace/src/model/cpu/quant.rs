@@ -744,6 +744,36 @@ fn dot_row(w: &QMatrix, row: usize, x: &Q8Rows, i: usize, n_blocks: usize, kerne
     }
 }
 
+/// Panics unless every slice of a Q4_1 row product holds `n` blocks: what the vector kernels
+/// read without further checks.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn check_q4_1_blocks(
+    n: usize,
+    w_codes: &[u8],
+    w_mins: &[f32],
+    x_codes: &[i8],
+    x_scales: &[f32],
+    x_sums: &[f32],
+) {
+    assert!(
+        w_codes.len() >= n * BLOCK / 2
+            && w_mins.len() >= n
+            && x_codes.len() >= n * BLOCK
+            && x_scales.len() >= n
+            && x_sums.len() >= n,
+        "dot_q4_1: slices shorter than {n} blocks"
+    );
+}
+
+/// Panics unless every slice of a Q8_0 row product holds `n` blocks.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn check_q8_0_blocks(n: usize, w_codes: &[u8], x_codes: &[i8], x_scales: &[f32]) {
+    assert!(
+        w_codes.len() >= n * BLOCK && x_codes.len() >= n * BLOCK && x_scales.len() >= n,
+        "dot_q8_0: slices shorter than {n} blocks"
+    );
+}
+
 /// Q4_1 · Q8_1 over whole blocks, the reference every faster kernel is tested against.
 pub fn dot_q4_1_scalar(
     w_codes: &[u8],
@@ -1167,14 +1197,7 @@ mod avx2 {
         x_sums: &[f32],
     ) -> f32 {
         let n = w_scales.len();
-        assert!(
-            w_codes.len() >= n * BLOCK / 2
-                && w_mins.len() >= n
-                && x_codes.len() >= n * BLOCK
-                && x_scales.len() >= n
-                && x_sums.len() >= n,
-            "dot_q4_1: slices shorter than {n} blocks"
-        );
+        super::check_q4_1_blocks(n, w_codes, w_mins, x_codes, x_scales, x_sums);
         // SAFETY: `super::best_kernel` selects this kernel only when the CPU reports AVX2 and
         // FMA, and the lengths were checked above.
         unsafe { dot_q4_1_impl(n, w_codes, w_scales, w_mins, x_codes, x_scales, x_sums) }
@@ -1304,10 +1327,7 @@ mod avx2 {
         x_scales: &[f32],
     ) -> f32 {
         let n = w_scales.len();
-        assert!(
-            w_codes.len() >= n * BLOCK && x_codes.len() >= n * BLOCK && x_scales.len() >= n,
-            "dot_q8_0: slices shorter than {n} blocks"
-        );
+        super::check_q8_0_blocks(n, w_codes, x_codes, x_scales);
         // SAFETY: as for `dot_q4_1`.
         unsafe { dot_q8_0_impl(n, w_codes, w_scales, x_codes, x_scales) }
     }

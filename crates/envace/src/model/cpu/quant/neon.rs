@@ -282,14 +282,7 @@ pub(super) fn dot_q4_1(
     x_sums: &[f32],
 ) -> f32 {
     let n = w_scales.len();
-    assert!(
-        w_codes.len() >= n * BLOCK / 2
-            && w_mins.len() >= n
-            && x_codes.len() >= n * BLOCK
-            && x_scales.len() >= n
-            && x_sums.len() >= n,
-        "dot_q4_1: slices shorter than {n} blocks"
-    );
+    super::check_q4_1_blocks(n, w_codes, w_mins, x_codes, x_scales, x_sums);
     // SAFETY: `super::best_kernel` selects this kernel only when the CPU reports NEON, and the
     // lengths were checked above.
     unsafe { dot_q4_1_impl(n, w_codes, w_scales, w_mins, x_codes, x_scales, x_sums) }
@@ -333,10 +326,7 @@ fn dot_q4_1_impl(
 /// Q8_0 · Q8_1 (see [`super::dot_q8_0_scalar`]).
 pub(super) fn dot_q8_0(w_codes: &[u8], w_scales: &[f32], x_codes: &[i8], x_scales: &[f32]) -> f32 {
     let n = w_scales.len();
-    assert!(
-        w_codes.len() >= n * BLOCK && x_codes.len() >= n * BLOCK && x_scales.len() >= n,
-        "dot_q8_0: slices shorter than {n} blocks"
-    );
+    super::check_q8_0_blocks(n, w_codes, x_codes, x_scales);
     // SAFETY: as for `dot_q4_1`.
     unsafe { dot_q8_0_impl(n, w_codes, w_scales, x_codes, x_scales) }
 }

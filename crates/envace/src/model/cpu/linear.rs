@@ -41,11 +41,14 @@ impl CustomOp2 for Linear {
         let w = f32s(s2, l2, self.name())?;
         let (n, k) = l2.shape().dims2()?;
         let x_dims = l1.shape().dims();
-        if x_dims.last() != Some(&k) || k == 0 {
+        if x_dims.last() != Some(&k) {
             bail!(
                 "{}: the input is {x_dims:?}, the weight ({n}, {k}): their last dimensions differ",
                 self.name()
             )
+        }
+        if k == 0 {
+            bail!("{}: the weight ({n}, {k}) has no columns", self.name())
         }
         let m = x.len() / k;
         let mut out = vec![0f32; m * n];

@@ -271,6 +271,13 @@ describe("rehearsal-budget curves", () => {
       ],
     });
   });
+  it("starts a curve from its own N = 0 when it ran on fewer tasks than the plain evaluation", () => {
+    const own = [...series, { benchmark: g, category: "rehearsal/parallel/0", metric: "success", steps: [20], values: [0.2] }];
+    expect(budgetCurves(own, g)?.curves).toEqual([
+      { key: "parallel/success", steps: [0, 1, 4], values: [0.2, 0.35, 0.5] },
+      { key: "sequential/success", steps: [0, 2], values: [0.3, 0.25] },
+    ]);
+  });
   it("has no curves without budget points, and keeps them out of the latest-value bars", () => {
     expect(budgetCurves(series.slice(0, 2), g)).toBeNull();
     expect(latestBars(series, g).map((b) => b.label)).toEqual(["all/success", "all/score"]);

@@ -465,7 +465,8 @@ export interface BudgetCurves {
   /** The step evaluated: the one asked for, else the latest one with budget points. */
   step: number;
   /**
-   * `<style>/<metric>` curves over the budget N; N = 0 is the plain evaluation (`all`). A curve
+   * `<style>/<metric>` curves over the budget N; N = 0 is the curve's own point when it was
+   * stored (`rehearsal/<style>/0`: a curve on fewer tasks), else the plain evaluation (`all`). A curve
    * carries `se` when standard errors (`<metric>_se`) were stored for its points.
    */
   curves: SeSeries[];
@@ -504,7 +505,8 @@ export function budgetCurves(series: readonly EvalLike[], benchmark: string, at?
     const curve = byKey.get(key) ?? new Map<number, [number | null, number | null]>();
     const metric = key.slice(key.indexOf("/") + 1);
     const find = (m: string) => series.find((s) => s.benchmark === benchmark && s.category === "all" && s.metric === m);
-    const zero = valueAt(find(metric), step);
+    // A curve on fewer tasks than the plain evaluation stores its own N = 0 on those tasks.
+    const zero = curve.has(0) ? null : valueAt(find(metric), step);
     if (zero !== null) curve.set(0, [zero, valueAt(find(`${metric}_se`), step)]);
     const ns = [...curve.keys()].sort((a, b) => a - b);
     const out: SeSeries = { key, steps: ns, values: ns.map((n) => curve.get(n)?.[0] ?? null) };

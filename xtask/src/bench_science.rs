@@ -33,6 +33,10 @@ const EVAL_TASKS: i64 = 200;
 const EVAL_TRIALS: i64 = 8;
 /// Test-time rehearsal budgets (N = 0 is the plain evaluation).
 const BUDGETS: [i64; 4] = [1, 2, 4, 8];
+/// Held-out tasks the test-time curves run on (the first of the evaluation's): each point
+/// costs N imagined attempts a task, so that the curves of two checkpoints a seed fit beside
+/// its training.
+const CURVE_TASKS: i64 = 100;
 const DEFAULT_SEEDS: [u64; 3] = [1, 2, 3];
 
 /// The targets.
@@ -90,17 +94,21 @@ impl Arm {
         Value::Object(out)
     }
 
-    /// The test-time curve: `{style: {N: success}}`, N = 0 from the plain evaluation.
+    /// Success with N imagined attempts in `style` on the curves' tasks; N = 0 is the curves'
+    /// own plain point when they ran on fewer tasks than the plain evaluation, else that one.
+    fn curve_point(&self, style: &str, n: i64) -> Option<f64> {
+        self.last(&format!("rehearsal/{style}/{n}"), "success")
+            .or_else(|| (n == 0).then(|| self.last("all", "success")).flatten())
+    }
+
+    /// The test-time curve: `{style: {N: success}}`.
     fn curve(&self) -> Value {
         let mut out = json!({});
         for style in ["parallel", "sequential"] {
             let mut points = serde_json::Map::new();
-            points.insert("0".to_owned(), json!(self.last("all", "success")));
+            points.insert("0".to_owned(), json!(self.curve_point(style, 0)));
             for n in BUDGETS {
-                points.insert(
-                    n.to_string(),
-                    json!(self.last(&format!("rehearsal/{style}/{n}"), "success")),
-                );
+                points.insert(n.to_string(), json!(self.curve_point(style, n)));
             }
             out[style] = Value::Object(points);
         }
@@ -140,6 +148,7 @@ fn budget_curve(doc: &mut DocumentMut) {
         budgets.push(n);
     }
     doc["rehearsal"]["budget_curve"] = value(budgets);
+    doc["rehearsal"]["curve_max_tasks"] = value(CURVE_TASKS);
 }
 
 /// `envace runs show NAME --json`, or None when the store has no such run.
@@ -605,9 +614,8 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
 
         let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
         let gain = |arm: &Arm, n: i64| {
-            arm.last(&format!("rehearsal/parallel/{n}"), "success")
-                .unwrap_or(f64::NAN)
-                - success(arm)
+            arm.curve_point("parallel", n).unwrap_or(f64::NAN)
+                - arm.curve_point("parallel", 0).unwrap_or(f64::NAN)
         };
         let figures = json!({
             "seed": seed,
@@ -706,8 +714,9 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
             "cpu": cpu(),
             "seeds": seeds,
             "held_out_tasks": EVAL_TASKS,
+            "curve_tasks": CURVE_TASKS,
             "sampled_trials": EVAL_TRIALS,
-            "config": format!("{}; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate", config.display()),
+            "config": format!("{}; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8), the test-time curves on the first 100 of them (rehearsal.curve_max_tasks, with their own N = 0); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate", config.display()),
             "success": {
                 "sft_only": stat(&sft),
                 "more_sft": stat(&more),

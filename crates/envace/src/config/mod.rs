@@ -882,6 +882,13 @@ pub struct RehearsalConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("uniqueItems" = true))]
     pub budget_curve: Vec<u32>,
+    /// Evaluate the rehearsal-budget curves on only the first this many held-out tasks (all
+    /// when absent): each point costs N imagined attempts per task. With fewer tasks than the
+    /// plain evaluation, the curves get their own N = 0 point on the same tasks
+    /// (`rehearsal/<style>/0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub curve_max_tasks: Option<u32>,
     /// Where a memory goes in the act prompt, in training (`memory_share`) and at test time:
     /// just before the request (the request stays next to the turn that acts on it; a long
     /// context keeps the system turn and loses the memory first, then the request) or just
@@ -897,6 +904,7 @@ impl Default for RehearsalConfig {
             budget: defaults::rehearsal_budget(),
             max_memory_tokens: defaults::max_memory_tokens(),
             budget_curve: Vec::new(),
+            curve_max_tasks: None,
             memory_position: MemoryPosition::default(),
         }
     }

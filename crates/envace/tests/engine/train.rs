@@ -492,6 +492,53 @@ fn the_budget_curve_evaluates_each_style_and_budget_after_the_last_step() {
     assert_eq!(announced.len(), 16, "{announced:?}");
 }
 
+#[test]
+fn budget_curves_on_fewer_tasks_get_their_own_plain_point_on_those_tasks() {
+    let mut config = config::parse(TINY_JOB, "TINY_JOB").unwrap();
+    config.sft.n_steps = 1;
+    config.rl.n_steps = 1;
+    config.rl.warmup_steps = 0;
+    config.rehearsal.budget_curve = vec![1];
+    config.rehearsal.curve_max_tasks = Some(1);
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("runs.sqlite");
+    run_job(&config, &store_path);
+    let store = Store::open(&store_path).unwrap();
+    let run = store.view().runs().unwrap()[0].id;
+    let rows = store.view().eval_results(run).unwrap();
+    let tasks_of = |category: &str| -> Vec<u64> {
+        rows.iter()
+            .filter(|r| r.category == category && r.metric == "success")
+            .map(|r| r.n_tasks)
+            .collect()
+    };
+    assert_eq!(
+        tasks_of("all"),
+        [2, 2],
+        "the plain evaluations (after SFT and after RL) score both held-out tasks"
+    );
+    for category in [
+        "rehearsal/parallel/0",
+        "rehearsal/sequential/0",
+        "rehearsal/parallel/1",
+        "rehearsal/sequential/1",
+    ] {
+        assert_eq!(tasks_of(category), [1], "{category} runs on the first task only");
+    }
+    let value = |category: &str| {
+        rows.iter()
+            .find(|r| r.category == category && r.metric == "success")
+            .map(|r| r.value)
+            .unwrap()
+    };
+    assert_eq!(
+        value("rehearsal/parallel/0"),
+        value("rehearsal/sequential/0"),
+        "one greedy pass is both styles' N = 0"
+    );
+    assert_catalogued(&store_path);
+}
+
 /// Stops the job at its first poll after step `after` has finished.
 struct StopAfter {
     after: u32,

@@ -25,6 +25,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             runs_command(command, &path)
         }
         Command::Env(command) => crate::env_commands::env_command(command),
+        Command::Eval(command) => crate::env_commands::eval_command(command),
         Command::Train { config, resume } => {
             let path = match cli.store {
                 Some(path) => path,

@@ -55,6 +55,9 @@ enum Command {
     /// Built-in environments: call a tool, replay a τ²-bench task.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Public benchmarks: score another system's outputs with the same checkers.
+    #[command(subcommand)]
+    Eval(EvalCommand),
     /// Train an experiment: SFT warm start, then role-wise GRPO; Ctrl-C stops cleanly after a
     /// checkpoint.
     Train {
@@ -146,6 +149,39 @@ enum EnvCommand {
         /// Overwrite --dump-state if it exists.
         #[arg(long)]
         force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EvalCommand {
+    /// Score decoded calls from any system with a benchmark's checker; prints each task's
+    /// verdict with its reason, then the accuracy.
+    #[command(subcommand)]
+    Score(ScoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ScoreCommand {
+    /// BFCL-v4 with its AST checker: OUTPUTS holds one JSON object a line, `{"id": …,
+    /// "result": [{name: {param: value}}, …]}` (Java and JavaScript arguments as source text).
+    Bfcl {
+        /// The benchmark data: the BFCL folder, or the folder holding `bfcl/`.
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// The category (simple_python, simple_java, simple_javascript, multiple, parallel,
+        /// parallel_multiple, irrelevance).
+        #[arg(long, value_name = "NAME")]
+        category: String,
+        /// The decoded calls, JSON Lines.
+        #[arg(long, value_name = "FILE")]
+        outputs: PathBuf,
+        /// The outputs name functions with dots written as underscores (`math_factorial` for
+        /// `math.factorial`), as tool-calling APIs that forbid dots do.
+        #[arg(long)]
+        underscore_names: bool,
+        /// Print one JSON object: the verdicts and the accuracy.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -1,4 +1,4 @@
-//! `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--fresh]`: does world-rehearsal RL train, measured over
+//! `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--jobs N] [--fresh]`: does world-rehearsal RL train, measured over
 //! seeds. For each seed: SFT once (the quickstart's SFT), then three arms from that same
 //! checkpoint, each its own `envace train` run — real-environment GRPO, rehearsal GRPO, and an
 //! equal-compute control that spends the RL arms' wall time on more SFT — and the test-time
@@ -20,6 +20,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -119,9 +121,13 @@ impl Arm {
 /// The preset the benchmark starts from when no `--config` is given.
 pub const DEFAULT_CONFIG: &str = "assets/configs/quickstart.toml";
 
-/// The experiment config `path` with the benchmark's evaluation and `seed`.
-fn base_config(path: &Path, seed: u64) -> Result<DocumentMut> {
+/// The experiment config `path` with the benchmark's evaluation and `seed` (and `threads`
+/// compute threads when seeds run side by side).
+fn base_config(path: &Path, seed: u64, threads: Option<i64>) -> Result<DocumentMut> {
     let mut doc = read_toml(path)?;
+    if let Some(n) = threads {
+        doc["backend"]["n_threads"] = value(n);
+    }
     doc["run"]["seed"] = value(seed as i64);
     doc["eval"]["max_tasks"] = value(EVAL_TASKS);
     doc["eval"]["n_trials"] = value(EVAL_TRIALS);
@@ -488,6 +494,27 @@ pub(crate) fn cpu() -> Value {
     })
 }
 
+/// Compute threads of each arm when `jobs` seeds run side by side: the cores shared out (at
+/// least one each); None (the config's own setting) for one seed at a time.
+fn arm_threads(jobs: usize) -> Option<i64> {
+    (jobs > 1).then(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / jobs).max(1) as i64
+    })
+}
+
+/// Parses `--jobs N` (seeds run side by side; default 1).
+pub fn parse_jobs(args: &[String]) -> Result<usize> {
+    match args.iter().position(|a| a == "--jobs") {
+        None => Ok(1),
+        Some(idx) => args
+            .get(idx + 1)
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n >= 1)
+            .context("--jobs needs a number of seeds to run side by side, e.g. --jobs 3"),
+    }
+}
+
 /// Parses `--seeds A,B,C`.
 pub fn parse_seeds(args: &[String]) -> Result<Vec<u64>> {
     match args.iter().position(|a| a == "--seeds") {
@@ -520,129 +547,184 @@ pub fn parse_config(root: &Path, args: &[String]) -> Result<PathBuf> {
     }
 }
 
-/// `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--fresh]`: continues the arms
-/// of an earlier invocation that was stopped or killed (its folder under `target/bench/science`)
-/// unless `fresh`.
-pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result<()> {
+/// One seed's figures (see [`run_seed`]).
+struct SeedResult {
+    figures: Value,
+    /// Held-out greedy success: SFT only, more SFT, real GRPO, rehearsal GRPO.
+    success: [f64; 4],
+    /// Test-time parallel N = 4 gain on the SFT-only and the rehearsal-GRPO checkpoints.
+    test_time_gain: [f64; 2],
+    /// SFT plus the rehearsal arm's training, seconds.
+    arm_secs: f64,
+    commits: Vec<String>,
+}
+
+/// For one seed: SFT once, then the two RL arms and more SFT from its checkpoint, each
+/// evaluated; `threads` sets `[backend].n_threads` of every arm when seeds run side by side.
+fn run_seed(
+    envace: &Path,
+    bench_dir: &Path,
+    config: &Path,
+    seed: u64,
+    fresh: bool,
+    commit: &str,
+    threads: Option<i64>,
+) -> Result<SeedResult> {
+    let dir: PathBuf = bench_dir.join(format!("seed-{seed}"));
+    if fresh && dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let store = dir.join("runs.sqlite");
+    // Set once an arm trains from scratch: every later arm of the seed starts from its
+    // checkpoint, so none of theirs from an earlier invocation can be read back.
+    let mut retrained = false;
+
+    // SFT once; its evaluation (and test-time curve) is the SFT-only figure.
+    let mut sft = base_config(config, seed, threads)?;
+    set_name(&mut sft, "sft");
+    sft["rl"]["n_steps"] = value(0);
+    budget_curve(&mut sft);
+    let sft_arm = train(envace, &dir, "sft", &sft, &store, &mut retrained, commit)?;
+
+    // The two RL arms from the SFT checkpoint.
+    let mut rehearse = base_config(config, seed, threads)?;
+    set_name(&mut rehearse, "rehearsal-grpo");
+    rehearse["sft"]["enabled"] = value(false);
+    rehearse["env"]["tool_response_mode"] = value("rehearse");
+    init_from_sft(&mut rehearse);
+    budget_curve(&mut rehearse);
+    let rehearse_arm = train(
+        envace,
+        &dir,
+        "rehearsal-grpo",
+        &rehearse,
+        &store,
+        &mut retrained,
+        commit,
+    )?;
+
+    let mut real = base_config(config, seed, threads)?;
+    set_name(&mut real, "real-grpo");
+    real["sft"]["enabled"] = value(false);
+    real["env"]["tool_response_mode"] = value("real");
+    init_from_sft(&mut real);
+    let real_arm = train(
+        envace,
+        &dir,
+        "real-grpo",
+        &real,
+        &store,
+        &mut retrained,
+        commit,
+    )?;
+
+    // More SFT for as long as the RL arms took, at SFT's final learning rate.
+    let step_secs = sft_step_secs(envace, &store, "sft")?;
+    let rl_secs = (rehearse_arm.train_secs + real_arm.train_secs) / 2.0;
+    let n_more = ((rl_secs / step_secs).round() as i64).max(1);
+    let mut more = base_config(config, seed, threads)?;
+    set_name(&mut more, "more-sft");
+    let final_lr = more["sft"]["lr"].as_float().unwrap_or(1e-3)
+        * more["sft"]["min_lr_ratio"].as_float().unwrap_or(1.0);
+    more["sft"]["n_steps"] = value(n_more);
+    more["sft"]["lr"] = value(final_lr);
+    more["sft"]["lr_schedule"] = value("constant");
+    more["sft"]["warmup_steps"] = value(0);
+    more["rl"]["n_steps"] = value(0);
+    init_from_sft(&mut more);
+    let more_arm = train(
+        envace,
+        &dir,
+        "more-sft",
+        &more,
+        &store,
+        &mut retrained,
+        commit,
+    )?;
+
+    let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
+    let gain = |arm: &Arm, n: i64| {
+        arm.curve_point("parallel", n).unwrap_or(f64::NAN)
+            - arm.curve_point("parallel", 0).unwrap_or(f64::NAN)
+    };
+    let figures = json!({
+        "seed": seed,
+        "sft_only": {"held_out": sft_arm.figures(), "test_time": sft_arm.curve(), "wall_secs": sft_arm.train_secs},
+        "more_sft": {"held_out": more_arm.figures(), "wall_secs": more_arm.train_secs, "extra_sft_steps": n_more},
+        "real_grpo": {"held_out": real_arm.figures(), "wall_secs": real_arm.train_secs},
+        "rehearsal_grpo": {"held_out": rehearse_arm.figures(), "test_time": rehearse_arm.curve(), "wall_secs": rehearse_arm.train_secs},
+        "sft_plus_rehearsal_grpo_secs": sft_arm.train_secs + rehearse_arm.train_secs,
+        "process_secs": sft_arm.total_secs + rehearse_arm.total_secs + real_arm.total_secs + more_arm.total_secs,
+        "invocations": {"sft": sft_arm.invocations, "rehearsal_grpo": rehearse_arm.invocations, "real_grpo": real_arm.invocations, "more_sft": more_arm.invocations},
+        "commits": {"sft": sft_arm.commits, "rehearsal_grpo": rehearse_arm.commits, "real_grpo": real_arm.commits, "more_sft": more_arm.commits},
+    });
+    let mut commits = Vec::new();
+    for arm in [&sft_arm, &rehearse_arm, &real_arm, &more_arm] {
+        commits.extend(arm.commits.iter().cloned());
+    }
+    eprintln!("xtask: seed {seed}: {figures}");
+    Ok(SeedResult {
+        figures,
+        success: [
+            success(&sft_arm),
+            success(&more_arm),
+            success(&real_arm),
+            success(&rehearse_arm),
+        ],
+        test_time_gain: [gain(&sft_arm, 4), gain(&rehearse_arm, 4)],
+        arm_secs: sft_arm.train_secs + rehearse_arm.train_secs,
+        commits,
+    })
+}
+
+/// `cargo xtask bench science [--seeds A,B,C] [--config FILE] [--jobs N] [--fresh]`: continues
+/// the arms of an earlier invocation that was stopped or killed (its folder under
+/// `target/bench/science`) unless `fresh`; runs `jobs` seeds at a time.
+pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool, jobs: usize) -> Result<()> {
     if seeds.is_empty() {
         bail!("--seeds: give at least one seed");
     }
     // Read the config (a missing file or bad TOML fails here) before the release build and
     // hours of training; `envace train` validates each arm's config in full.
-    base_config(config, 0)?;
+    base_config(config, 0, None)?;
     let commit = commit();
     let envace = crate::bench_runs::release_cli(root, crate::bench::Simd::Native)?;
     let bench_dir = root.join("target").join("bench").join("science");
     let started = Instant::now();
+    let jobs = jobs.clamp(1, seeds.len());
+    let threads = arm_threads(jobs);
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<SeedResult>>>> =
+        seeds.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let idx = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&seed) = seeds.get(idx) else { break };
+                    let result =
+                        run_seed(&envace, &bench_dir, config, seed, fresh, &commit, threads);
+                    let failed = result.is_err();
+                    *slots[idx].lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+                    if failed {
+                        break;
+                    }
+                }
+            });
+        }
+    });
     let mut per_seed = Vec::new();
     let mut all_commits = Vec::new();
-    for &seed in seeds {
-        let dir: PathBuf = bench_dir.join(format!("seed-{seed}"));
-        if fresh && dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("cannot clear {}", dir.display()))?;
+    for (slot, seed) in slots.into_iter().zip(seeds) {
+        match slot.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            Some(Ok(r)) => {
+                all_commits.extend(r.commits);
+                per_seed.push((r.figures, r.success, r.test_time_gain, r.arm_secs));
+            }
+            Some(Err(err)) => return Err(err.context(format!("seed {seed}"))),
+            None => bail!("seed {seed} was not run: another seed failed first"),
         }
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        let store = dir.join("runs.sqlite");
-        // Set once an arm trains from scratch: every later arm of the seed starts from its
-        // checkpoint, so none of theirs from an earlier invocation can be read back.
-        let mut retrained = false;
-
-        // SFT once; its evaluation (and test-time curve) is the SFT-only figure.
-        let mut sft = base_config(config, seed)?;
-        set_name(&mut sft, "sft");
-        sft["rl"]["n_steps"] = value(0);
-        budget_curve(&mut sft);
-        let sft_arm = train(&envace, &dir, "sft", &sft, &store, &mut retrained, &commit)?;
-
-        // The two RL arms from the SFT checkpoint.
-        let mut rehearse = base_config(config, seed)?;
-        set_name(&mut rehearse, "rehearsal-grpo");
-        rehearse["sft"]["enabled"] = value(false);
-        rehearse["env"]["tool_response_mode"] = value("rehearse");
-        init_from_sft(&mut rehearse);
-        budget_curve(&mut rehearse);
-        let rehearse_arm = train(
-            &envace,
-            &dir,
-            "rehearsal-grpo",
-            &rehearse,
-            &store,
-            &mut retrained,
-            &commit,
-        )?;
-
-        let mut real = base_config(config, seed)?;
-        set_name(&mut real, "real-grpo");
-        real["sft"]["enabled"] = value(false);
-        real["env"]["tool_response_mode"] = value("real");
-        init_from_sft(&mut real);
-        let real_arm = train(
-            &envace,
-            &dir,
-            "real-grpo",
-            &real,
-            &store,
-            &mut retrained,
-            &commit,
-        )?;
-
-        // More SFT for as long as the RL arms took, at SFT's final learning rate.
-        let step_secs = sft_step_secs(&envace, &store, "sft")?;
-        let rl_secs = (rehearse_arm.train_secs + real_arm.train_secs) / 2.0;
-        let n_more = ((rl_secs / step_secs).round() as i64).max(1);
-        let mut more = base_config(config, seed)?;
-        set_name(&mut more, "more-sft");
-        let final_lr = more["sft"]["lr"].as_float().unwrap_or(1e-3)
-            * more["sft"]["min_lr_ratio"].as_float().unwrap_or(1.0);
-        more["sft"]["n_steps"] = value(n_more);
-        more["sft"]["lr"] = value(final_lr);
-        more["sft"]["lr_schedule"] = value("constant");
-        more["sft"]["warmup_steps"] = value(0);
-        more["rl"]["n_steps"] = value(0);
-        init_from_sft(&mut more);
-        let more_arm = train(
-            &envace,
-            &dir,
-            "more-sft",
-            &more,
-            &store,
-            &mut retrained,
-            &commit,
-        )?;
-
-        let success = |arm: &Arm| arm.last("all", "success").unwrap_or(f64::NAN);
-        let gain = |arm: &Arm, n: i64| {
-            arm.curve_point("parallel", n).unwrap_or(f64::NAN)
-                - arm.curve_point("parallel", 0).unwrap_or(f64::NAN)
-        };
-        let figures = json!({
-            "seed": seed,
-            "sft_only": {"held_out": sft_arm.figures(), "test_time": sft_arm.curve(), "wall_secs": sft_arm.train_secs},
-            "more_sft": {"held_out": more_arm.figures(), "wall_secs": more_arm.train_secs, "extra_sft_steps": n_more},
-            "real_grpo": {"held_out": real_arm.figures(), "wall_secs": real_arm.train_secs},
-            "rehearsal_grpo": {"held_out": rehearse_arm.figures(), "test_time": rehearse_arm.curve(), "wall_secs": rehearse_arm.train_secs},
-            "sft_plus_rehearsal_grpo_secs": sft_arm.train_secs + rehearse_arm.train_secs,
-            "process_secs": sft_arm.total_secs + rehearse_arm.total_secs + real_arm.total_secs + more_arm.total_secs,
-            "invocations": {"sft": sft_arm.invocations, "rehearsal_grpo": rehearse_arm.invocations, "real_grpo": real_arm.invocations, "more_sft": more_arm.invocations},
-            "commits": {"sft": sft_arm.commits, "rehearsal_grpo": rehearse_arm.commits, "real_grpo": real_arm.commits, "more_sft": more_arm.commits},
-        });
-        for arm in [&sft_arm, &rehearse_arm, &real_arm, &more_arm] {
-            all_commits.extend(arm.commits.iter().cloned());
-        }
-        eprintln!("xtask: seed {seed}: {figures}");
-        per_seed.push((
-            figures,
-            [
-                success(&sft_arm),
-                success(&more_arm),
-                success(&real_arm),
-                success(&rehearse_arm),
-            ],
-            [gain(&sft_arm, 4), gain(&rehearse_arm, 4)],
-            sft_arm.train_secs + rehearse_arm.train_secs,
-        ));
     }
     // The benchmark's time is its arms' processes, summed over invocations when it was resumed
     // (the time between invocations and the release build are not counted).
@@ -715,6 +797,8 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool) -> Result
             "seeds": seeds,
             "held_out_tasks": EVAL_TASKS,
             "curve_tasks": CURVE_TASKS,
+            "seeds_side_by_side": jobs,
+            "arm_threads": threads,
             "sampled_trials": EVAL_TRIALS,
             "config": format!("{}; every arm evaluates once at its end on the same held-out tasks (eval.max_tasks = 200, n_trials = 8), the test-time curves on the first 100 of them (rehearsal.curve_max_tasks, with their own N = 0); the SFT run sets rl.n_steps = 0; the RL arms set sft.enabled = false, [init] run = \"sft\" and tool_response_mode = rehearse | real; more-SFT sets [init] run = \"sft\", rl.n_steps = 0 and sft.n_steps to the RL arms' mean wall time over the SFT step time, at SFT's final learning rate", config.display()),
             "success": {

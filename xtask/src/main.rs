@@ -292,6 +292,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
             &bench_science::parse_seeds(args)?,
             &bench_science::parse_config(root, args)?,
             args.iter().any(|a| a == "--fresh"),
+            bench_science::parse_jobs(args)?,
         ),
         None => {
             bail!(

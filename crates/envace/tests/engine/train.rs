@@ -523,7 +523,11 @@ fn budget_curves_on_fewer_tasks_get_their_own_plain_point_on_those_tasks() {
         "rehearsal/parallel/1",
         "rehearsal/sequential/1",
     ] {
-        assert_eq!(tasks_of(category), [1], "{category} runs on the first task only");
+        assert_eq!(
+            tasks_of(category),
+            [1],
+            "{category} runs on the first task only"
+        );
     }
     let value = |category: &str| {
         rows.iter()

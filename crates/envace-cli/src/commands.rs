@@ -25,7 +25,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             runs_command(command, &path)
         }
         Command::Env(command) => crate::env_commands::env_command(command),
-        Command::Eval(command) => crate::env_commands::eval_command(command),
+        Command::Eval(args) => match args.command {
+            Some(command) => crate::env_commands::eval_command(command),
+            None => {
+                let store = match (&args.run, cli.store) {
+                    (None, _) => None,
+                    (Some(_), Some(path)) => Some(path),
+                    (Some(_), None) => Some(store::default_path()?),
+                };
+                crate::eval_command::evaluate(&args, store.as_deref())
+            }
+        },
         Command::Train { config, resume } => {
             let path = match cli.store {
                 Some(path) => path,

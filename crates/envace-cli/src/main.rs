@@ -13,6 +13,7 @@ macro_rules! out {
 
 mod commands;
 mod env_commands;
+mod eval_command;
 mod serve_commands;
 mod train_command;
 
@@ -55,9 +56,9 @@ enum Command {
     /// Built-in environments: call a tool, replay a τ²-bench task.
     #[command(subcommand)]
     Env(EnvCommand),
-    /// Public benchmarks: score another system's outputs with the same checkers.
-    #[command(subcommand)]
-    Eval(EvalCommand),
+    /// Public benchmarks: evaluate a model, a run's checkpoint or an endpoint on them
+    /// (`--bench bfcl:simple_python,…`), or score another system's outputs (`eval score`).
+    Eval(Box<EvalArgs>),
     /// Train an experiment: SFT warm start, then role-wise GRPO; Ctrl-C stops cleanly after a
     /// checkpoint.
     Train {
@@ -150,6 +151,53 @@ enum EnvCommand {
         #[arg(long)]
         force: bool,
     },
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct EvalArgs {
+    #[command(subcommand)]
+    command: Option<EvalCommand>,
+    /// Evaluate this model: a .gguf file or a Hugging Face model folder (served in-process).
+    #[arg(long, value_name = "PATH", required_unless_present_any = ["run", "endpoint"], conflicts_with_all = ["run", "endpoint"])]
+    model: Option<PathBuf>,
+    /// Evaluate this run's latest checkpoint (id or name, in --store); its scores are stored
+    /// with the run at that step.
+    #[arg(long, value_name = "RUN", conflicts_with = "endpoint")]
+    run: Option<String>,
+    /// Evaluate the model behind this OpenAI-compatible endpoint (base URL, e.g.
+    /// http://127.0.0.1:8000/v1).
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// The model name sent to --endpoint.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "default",
+        requires = "endpoint"
+    )]
+    endpoint_model: String,
+    /// Benchmarks and categories, comma-separated: bfcl:simple_python, bfcl:multiple, …
+    #[arg(long, value_name = "LIST", value_delimiter = ',', required = true)]
+    bench: Vec<String>,
+    /// The benchmark data: the folder holding bfcl/ (or the BFCL folder itself).
+    #[arg(long, value_name = "DIR", required = true)]
+    data: Option<PathBuf>,
+    /// Only the first N tasks of each category.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Write every task's record (prompt, calls, verdict, reason) as JSON Lines to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Overwrite --out if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Most tokens of a reply.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    max_tokens: u32,
+    /// Send function names with dots written as underscores (for endpoints that forbid dots).
+    #[arg(long)]
+    underscore_names: bool,
 }
 
 #[derive(Debug, Subcommand)]

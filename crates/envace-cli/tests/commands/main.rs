@@ -4,6 +4,7 @@
 
 mod cli;
 mod env;
+mod eval;
 mod resume;
 mod serve_model;
 mod train;

@@ -811,9 +811,9 @@ mod tests {
         let answer = json!({"f": {"x": [3.0], "n": ["count"]}});
         let run = |call: Value| {
             check(
-                &[doc.clone()],
+                std::slice::from_ref(&doc),
                 &[call],
-                &[answer.clone()],
+                std::slice::from_ref(&answer),
                 Language::Python,
                 Shape::Simple,
                 NameStyle::AsDocumented,
@@ -929,9 +929,9 @@ mod tests {
         let answer = json!({"m": {"ids": [[101, 202]], "n": [5], "ok": [true]}});
         let run = |call: Value| {
             check(
-                &[doc.clone()],
+                std::slice::from_ref(&doc),
                 &[call],
-                &[answer.clone()],
+                std::slice::from_ref(&answer),
                 Language::Java,
                 Shape::Simple,
                 NameStyle::AsDocumented,

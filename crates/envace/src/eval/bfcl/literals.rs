@@ -423,10 +423,10 @@ pub fn js_literal(text: &str) -> Value {
     {
         return float(x);
     }
-    if text.starts_with('[') || text.starts_with("new Array") {
-        if let Some(v) = js_array(text, None) {
-            return v;
-        }
+    if (text.starts_with('[') || text.starts_with("new Array"))
+        && let Some(v) = js_array(text, None)
+    {
+        return v;
     }
     if text.starts_with('{')
         && let Some(v) = js_object(text)
@@ -609,7 +609,7 @@ mod tests {
     fn java_scalars_read_by_their_declared_type() {
         assert_eq!(java("123", "integer"), json!(123));
         assert_eq!(java("-128", "byte"), json!(-128));
-        assert_eq!(java("3.14f", "float"), json!(3.14));
+        assert_eq!(java("2.5f", "float"), json!(2.5));
         assert_eq!(java("3e-3F", "float"), json!(3e-3));
         assert_eq!(java("3f", "float"), json!(3.0));
         assert_eq!(java("3.14e2", "double"), json!(314.0));
@@ -695,7 +695,7 @@ mod tests {
         let js = |text: &str, ty: &str| js_value(text, ty, None).unwrap();
         assert_eq!(js("true", "Boolean"), json!(true));
         assert_eq!(js("123", "integer"), json!(123));
-        assert_eq!(js("-3.14", "float"), json!(-3.14));
+        assert_eq!(js("-2.75", "float"), json!(-2.75));
         assert_eq!(js("3", "float"), json!(3.0));
         assert_eq!(js("123n", "Bigint"), json!(123));
         assert_eq!(js("'abc'", "String"), json!("abc"));

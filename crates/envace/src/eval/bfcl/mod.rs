@@ -1,11 +1,13 @@
 //! BFCL-v4 (the Berkeley Function-Calling Leaderboard): its single-turn categories' questions
 //! and possible answers read from the published JSON Lines files, decoded calls from any system
 //! scored by BFCL's AST checker (`checker`) with each entry's verdict and reason, irrelevance
-//! scored as "no call made", and per-category accuracy with its standard error.
+//! scored as "no call made", per-category accuracy with its standard error, and running the
+//! tasks on a model behind a chat-completions endpoint (`run`).
 
 pub mod checker;
 pub mod literals;
 pub mod pyvalue;
+pub mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -494,6 +494,20 @@ pub(crate) fn cpu() -> Value {
     })
 }
 
+/// The wall time of seeds taking `seed_secs` each on `jobs` workers that take them in order,
+/// each seed going to the worker free first (as `science` runs them).
+fn makespan(seed_secs: &[f64], jobs: usize) -> f64 {
+    let mut lanes = vec![0.0_f64; jobs.max(1)];
+    for &secs in seed_secs {
+        let first_free = lanes
+            .iter_mut()
+            .min_by(|a, b| a.total_cmp(b))
+            .expect("at least one lane");
+        *first_free += secs;
+    }
+    lanes.into_iter().fold(0.0, f64::max)
+}
+
 /// Compute threads of each arm when `jobs` seeds run side by side: the cores shared out (at
 /// least one each); None (the config's own setting) for one seed at a time.
 fn arm_threads(jobs: usize) -> Option<i64> {
@@ -727,11 +741,14 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool, jobs: usi
         }
     }
     // The benchmark's time is its arms' processes, summed over invocations when it was resumed
-    // (the time between invocations and the release build are not counted).
-    let total_secs: f64 = per_seed
+    // (the time between invocations and the release build are not counted), with seeds that
+    // ran side by side overlapping.
+    let seed_secs: Vec<f64> = per_seed
         .iter()
         .map(|(f, _, _, _)| f["process_secs"].as_f64().unwrap_or(f64::NAN))
-        .sum();
+        .collect();
+    let total_secs = makespan(&seed_secs, jobs);
+    let summed_secs: f64 = seed_secs.iter().sum();
     let invocation_secs = started.elapsed().as_secs_f64();
     let commits = distinct(all_commits);
     if commits.len() > 1 {
@@ -813,6 +830,7 @@ pub fn science(root: &Path, seeds: &[u64], config: &Path, fresh: bool, jobs: usi
             },
             "per_seed": per_seed.iter().map(|(f, _, _, _)| f.clone()).collect::<Vec<_>>(),
             "total_secs": total_secs,
+            "summed_arm_secs": summed_secs,
             "this_invocation_secs": invocation_secs,
             "commits": commits,
         },
@@ -894,6 +912,14 @@ mod tests {
             ),
             20.0
         );
+    }
+
+    #[test]
+    fn seeds_side_by_side_take_the_longest_lane() {
+        assert_eq!(makespan(&[10.0, 20.0, 30.0], 1), 60.0);
+        assert_eq!(makespan(&[10.0, 20.0, 30.0], 3), 30.0);
+        // Two workers: 10 and 20 start together, 30 follows the 10.
+        assert_eq!(makespan(&[10.0, 20.0, 30.0], 2), 40.0);
     }
 
     #[test]

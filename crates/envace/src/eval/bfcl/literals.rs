@@ -73,27 +73,47 @@ fn unquote<'a>(text: &'a str, quotes: &[char]) -> Option<&'a str> {
         .then(|| &text[1..text.len() - 1])
 }
 
+/// A scan's position relative to quoted strings (with backslash escapes).
+#[derive(Default)]
+struct Quotes {
+    open: Option<char>,
+    escaped: bool,
+}
+
+impl Quotes {
+    /// Feeds `c`: true when it is part of a quoted string (its quotes included); a quote
+    /// character among `quote_chars` opens one.
+    fn inside(&mut self, c: char, quote_chars: &[char]) -> bool {
+        if let Some(q) = self.open {
+            if self.escaped {
+                self.escaped = false;
+            } else if c == '\\' {
+                self.escaped = true;
+            } else if c == q {
+                self.open = None;
+            }
+            return true;
+        }
+        if quote_chars.contains(&c) {
+            self.open = Some(c);
+            return true;
+        }
+        false
+    }
+}
+
 /// Splits `text` at commas that are not inside quotes or brackets; trims each part and drops
 /// empty ones.
 fn split_top_level(text: &str) -> Vec<&str> {
     let mut parts = Vec::new();
     let mut depth = 0i32;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
+    let mut quotes = Quotes::default();
     let mut start = 0;
     for (i, c) in text.char_indices() {
-        if let Some(q) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
+        if quotes.inside(c, &['"', '\'', '`']) {
             continue;
         }
         match c {
-            '"' | '\'' | '`' => quote = Some(c),
             '(' | '[' | '{' => depth += 1,
             ')' | ']' | '}' => depth -= 1,
             ',' if depth == 0 => {
@@ -112,22 +132,12 @@ fn split_top_level(text: &str) -> Vec<&str> {
 /// that close; None when unbalanced.
 fn bracketed(text: &str, at: usize, open: char, close: char) -> Option<(&str, usize)> {
     let mut depth = 0i32;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
+    let mut quotes = Quotes::default();
     for (i, c) in text[at..].char_indices() {
-        if let Some(q) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
+        if quotes.inside(c, &['"', '\'']) {
             continue;
         }
-        if c == '"' || c == '\'' {
-            quote = Some(c);
-        } else if c == open {
+        if c == open {
             depth += 1;
         } else if c == close {
             depth -= 1;
@@ -485,17 +495,10 @@ fn js_object(text: &str) -> Option<Value> {
 
 /// The byte of the colon after an object key (which may be quoted).
 fn key_end(pair: &str) -> Option<usize> {
-    let mut quote: Option<char> = None;
-    for (i, c) in pair.char_indices() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == '"' || c == '\'' => quote = Some(c),
-            None if c == ':' => return Some(i),
-            None => {}
-        }
-    }
-    None
+    let mut quotes = Quotes::default();
+    pair.char_indices()
+        .find(|&(_, c)| !quotes.inside(c, &['"', '\'']) && c == ':')
+        .map(|(i, _)| i)
 }
 
 /// Java source for a ground-truth `value` of declared type `ty` (element type `nested`), as a

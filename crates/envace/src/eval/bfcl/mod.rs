@@ -247,6 +247,33 @@ pub struct CategoryScore {
     pub missing: usize,
 }
 
+impl CategoryScore {
+    /// The accuracy of `verdicts` and its standard error over tasks.
+    pub fn of(category: &str, verdicts: Vec<EntryVerdict>, missing: usize) -> CategoryScore {
+        let total = verdicts.len();
+        let correct = verdicts.iter().filter(|v| v.valid).count();
+        let accuracy = if total == 0 {
+            0.0
+        } else {
+            correct as f64 / total as f64
+        };
+        let accuracy_se = if total == 0 {
+            0.0
+        } else {
+            (accuracy * (1.0 - accuracy) / total as f64).sqrt()
+        };
+        CategoryScore {
+            category: category.to_owned(),
+            verdicts,
+            correct,
+            total,
+            accuracy,
+            accuracy_se,
+            missing,
+        }
+    }
+}
+
 /// Scores one entry's decoded `result`.
 pub fn score_entry(entry: &Entry, category: &str, result: &Value, names: NameStyle) -> Verdict {
     if is_irrelevance(category) {
@@ -319,27 +346,7 @@ pub fn score(
             reason: verdict.reason(),
         });
     }
-    let total = verdicts.len();
-    let correct = verdicts.iter().filter(|v| v.valid).count();
-    let accuracy = if total == 0 {
-        0.0
-    } else {
-        correct as f64 / total as f64
-    };
-    let accuracy_se = if total == 0 {
-        0.0
-    } else {
-        (accuracy * (1.0 - accuracy) / total as f64).sqrt()
-    };
-    Ok(CategoryScore {
-        category: category.to_owned(),
-        verdicts,
-        correct,
-        total,
-        accuracy,
-        accuracy_se,
-        missing,
-    })
+    Ok(CategoryScore::of(category, verdicts, missing))
 }
 
 /// BFCL's non-live AST summary over the categories scored: the three simple languages averaged

@@ -234,27 +234,7 @@ pub fn run_category(
             reason: r.reason.clone(),
         })
         .collect();
-    let total = verdicts.len();
-    let correct = verdicts.iter().filter(|v| v.valid).count();
-    let accuracy = if total == 0 {
-        0.0
-    } else {
-        correct as f64 / total as f64
-    };
-    let score = CategoryScore {
-        category: category.to_owned(),
-        verdicts,
-        correct,
-        total,
-        accuracy,
-        accuracy_se: if total == 0 {
-            0.0
-        } else {
-            (accuracy * (1.0 - accuracy) / total as f64).sqrt()
-        },
-        missing: 0,
-    };
-    (score, records)
+    (CategoryScore::of(category, verdicts, 0), records)
 }
 
 fn run_task(

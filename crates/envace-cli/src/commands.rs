@@ -26,7 +26,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Env(command) => crate::env_commands::env_command(command),
         Command::Eval(args) => match args.command {
-            Some(command) => crate::env_commands::eval_command(command),
+            Some(command) => crate::eval_command::score(command),
             None => {
                 let store = match (&args.run, cli.store) {
                     (None, _) => None,

@@ -1,5 +1,4 @@
-//! `envace env call|replay`, `envace serve-env` and `envace eval score`: the built-in environments
-//! and the benchmark checkers from a terminal.
+//! `envace env call|replay` and `envace serve-env`: the built-in environments from a terminal.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,7 +13,7 @@ use envace::mcp::{domain_factory, serve_http, serve_stdio};
 use serde_json::Value;
 
 use crate::commands::emit;
-use crate::{DomainArg, EnvCommand, EvalCommand, ScoreCommand};
+use crate::{DomainArg, EnvCommand};
 
 fn domain(arg: DomainArg) -> Domain {
     match arg {
@@ -119,49 +118,4 @@ pub fn env_command(command: EnvCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// `envace eval score bfcl`: another system's decoded calls through BFCL's AST checker.
-pub fn eval_command(command: EvalCommand) -> Result<ExitCode> {
-    let EvalCommand::Score(ScoreCommand::Bfcl {
-        data,
-        category,
-        outputs,
-        underscore_names,
-        json,
-    }) = command;
-    use envace::eval::bfcl;
-    let entries = bfcl::load(&data, &category)?;
-    let given = bfcl::read_outputs(&outputs)?;
-    let names = if underscore_names {
-        bfcl::NameStyle::DotsAsUnderscores
-    } else {
-        bfcl::NameStyle::AsDocumented
-    };
-    let scored = bfcl::score(&entries, &category, &given, names)
-        .with_context(|| format!("scoring {}", outputs.display()))?;
-    if json {
-        out!("{}", serde_json::to_string(&scored)?);
-    } else {
-        for verdict in &scored.verdicts {
-            if verdict.valid {
-                out!("{}\tok", verdict.id);
-            } else {
-                out!("{}\twrong\t{}", verdict.id, verdict.reason);
-            }
-        }
-        out!(
-            "{category}: accuracy {:.4} ± {:.4} ({} of {} right{})",
-            scored.accuracy,
-            scored.accuracy_se,
-            scored.correct,
-            scored.total,
-            if scored.missing > 0 {
-                format!("; {} without an output, scored wrong", scored.missing)
-            } else {
-                String::new()
-            }
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `envace eval --model PATH | --run RUN | --endpoint URL --bench bfcl:CATEGORY,…`: public
 //! benchmarks on a model file, a run's latest checkpoint (scores stored with the run) or any
-//! OpenAI-compatible endpoint, with a progress bar per category and every task's record.
+//! OpenAI-compatible endpoint, with a progress bar per category and every task's record; and
+//! `envace eval score bfcl`, another system's decoded calls through the same checker.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -14,8 +15,8 @@ use envace::serve::{LoadedModel, ServeOptions, serve};
 use envace::store::{Batch, EvalRow, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::EvalArgs;
 use crate::commands::emit;
+use crate::{EvalArgs, EvalCommand, ScoreCommand};
 
 /// The BFCL categories of `--bench` (`bfcl:NAME`), checked before any model is loaded.
 fn bfcl_categories(bench: &[String]) -> Result<Vec<String>> {
@@ -67,6 +68,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
 
     // The model: served in-process on the loopback, or the endpoint given.
     let mut served = None;
+    // With --run: the store, the run and the checkpoint step its scores are stored at.
     let mut run_at = None;
     let (url, model_name) = if let Some(endpoint) = &args.endpoint {
         (endpoint.clone(), args.endpoint_model.clone())
@@ -77,11 +79,11 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             (None, Some(run)) => {
                 let store_path = store_path.context("a run needs a store")?;
                 let store = Store::open(store_path)?;
-                let view = store.view();
-                let record = view.find_run(run)?;
-                let step = view.checkpoints(record.id)?.last().map(|c| c.step);
-                run_at = Some((record.id, step.unwrap_or(0)));
-                LoadedModel::from_run(&store, run)?
+                let record = store.view().find_run(run)?;
+                let step = store.view().checkpoints(record.id)?.last().map(|c| c.step);
+                let model = LoadedModel::from_run(&store, run)?;
+                run_at = Some((store, record.id, step.unwrap_or(0)));
+                model
             }
             (None, None) => bail!("give --model PATH, --run RUN or --endpoint URL"),
         };
@@ -117,7 +119,6 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
 
     let mut lines = Vec::new();
     let mut summary = Vec::new();
-    let mut accuracy = std::collections::BTreeMap::new();
     for (category, entries) in &suites {
         let bar = ProgressBar::new(entries.len() as u64);
         bar.set_style(
@@ -152,9 +153,12 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         for (kind, n) in &reasons {
             out!("    {n:>4} {kind}");
         }
-        accuracy.insert(category.clone(), score.accuracy);
         summary.push((category.clone(), score));
     }
+    let accuracy: std::collections::BTreeMap<String, f64> = summary
+        .iter()
+        .map(|(category, score)| (category.clone(), score.accuracy))
+        .collect();
     if let Some(summary) = bfcl::ast_summary(&accuracy)
         && summary.is_finite()
         && accuracy.len() > 1
@@ -169,8 +173,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         emit(Some(out), args.force, text.as_bytes())?;
         eprintln!("wrote {} task records to {}", lines.len(), out.display());
     }
-    if let (Some((run, step)), Some(store_path)) = (run_at, store_path) {
-        let mut store = Store::open(store_path)?;
+    if let Some((mut store, run, step)) = run_at {
         let mut batch = Batch::new(run);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -194,11 +197,56 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         store.write(&batch)?;
         eprintln!(
             "stored the scores with run {run} at step {step} in {}",
-            store_path.display()
+            store.path().display()
         );
     }
     if let Some(server) = served {
         server.shutdown();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `envace eval score bfcl`: another system's decoded calls through BFCL's AST checker.
+pub fn score(command: EvalCommand) -> Result<ExitCode> {
+    let EvalCommand::Score(ScoreCommand::Bfcl {
+        data,
+        category,
+        outputs,
+        underscore_names,
+        json,
+    }) = command;
+    use envace::eval::bfcl;
+    let entries = bfcl::load(&data, &category)?;
+    let given = bfcl::read_outputs(&outputs)?;
+    let names = if underscore_names {
+        bfcl::NameStyle::DotsAsUnderscores
+    } else {
+        bfcl::NameStyle::AsDocumented
+    };
+    let scored = bfcl::score(&entries, &category, &given, names)
+        .with_context(|| format!("scoring {}", outputs.display()))?;
+    if json {
+        out!("{}", serde_json::to_string(&scored)?);
+    } else {
+        for verdict in &scored.verdicts {
+            if verdict.valid {
+                out!("{}\tok", verdict.id);
+            } else {
+                out!("{}\twrong\t{}", verdict.id, verdict.reason);
+            }
+        }
+        out!(
+            "{category}: accuracy {:.4} ± {:.4} ({} of {} right{})",
+            scored.accuracy,
+            scored.accuracy_se,
+            scored.correct,
+            scored.total,
+            if scored.missing > 0 {
+                format!("; {} without an output, scored wrong", scored.missing)
+            } else {
+                String::new()
+            }
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

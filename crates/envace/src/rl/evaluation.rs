@@ -83,21 +83,21 @@ pub fn budget_curve(
 ) -> Result<Flow> {
     let budgets = session.config.rehearsal.budget_curve.clone();
     let subset = curve_tasks(tasks, session.config.rehearsal.curve_max_tasks);
-    if subset.len() < tasks.len() {
-        // The plain evaluation scored every held-out task; the curves' N = 0 is the same
-        // greedy pass on their own tasks, so that each point compares like with like.
+    // On fewer tasks than the plain evaluation scored, the curves get their own N = 0: the
+    // same greedy pass on their tasks, so that each point compares like with like.
+    let own_zero = subset.len() < tasks.len();
+    if own_zero || hooks.wants_episodes() {
         let plain = rehearsal::rehearsed_episodes(session, subset, step, RehearsalMode::Off, 0)?;
-        let report = Report::of(subset, &plain, &[]);
-        for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
-            let category = rehearsal::curve_category(style, 0);
-            store_report(session, step, &category, &report, false)?;
+        if own_zero {
+            let report = Report::of(subset, &plain, &[]);
+            for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
+                let category = rehearsal::curve_category(style, 0);
+                store_report(session, step, &category, &report, false)?;
+            }
         }
         if hooks.wants_episodes() {
             hooks.episodes(PLAIN_EPISODES, &plain);
         }
-    } else if hooks.wants_episodes() {
-        let plain = rehearsal::rehearsed_episodes(session, tasks, step, RehearsalMode::Off, 0)?;
-        hooks.episodes(PLAIN_EPISODES, &plain);
     }
     let tasks = subset;
     for style in [RehearsalMode::Parallel, RehearsalMode::Sequential] {
@@ -138,7 +138,7 @@ pub fn budget_curve(
 
 /// The held-out tasks the rehearsal-budget curves run on: the first `max_tasks` of `tasks`
 /// (all of them when absent or larger).
-pub fn curve_tasks(tasks: &[Arc<GenTask>], max_tasks: Option<u32>) -> &[Arc<GenTask>] {
+fn curve_tasks(tasks: &[Arc<GenTask>], max_tasks: Option<u32>) -> &[Arc<GenTask>] {
     let n = max_tasks.map_or(tasks.len(), |n| (n as usize).min(tasks.len()));
     &tasks[..n]
 }

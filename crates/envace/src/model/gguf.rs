@@ -227,6 +227,7 @@ impl Gguf {
                 backend: Backend::Native(Box::new(native)),
                 device: device.clone(),
                 vocab_size: self.transformer_config()?.vocab_size,
+                cached: Vec::new(),
             });
         }
         self.load_quantized_candle(device)
@@ -251,6 +252,7 @@ impl Gguf {
             backend: Backend::Candle(Box::new(weights)),
             device: device.clone(),
             vocab_size: cfg.vocab_size,
+            cached: Vec::new(),
         })
     }
 
@@ -470,6 +472,9 @@ pub struct QuantizedLlama {
     backend: Backend,
     device: Device,
     vocab_size: usize,
+    /// The tokens whose keys and values the cache holds, in order (native backend only): a
+    /// prompt that starts with them runs only its new tokens.
+    cached: Vec<u32>,
 }
 
 /// Who runs a [`QuantizedLlama`].
@@ -496,10 +501,20 @@ impl QuantizedLlama {
     pub fn forward(&mut self, tokens: &[u32], past: usize) -> Result<Vec<f32>> {
         let context = "quantized llama forward";
         match &mut self.backend {
-            Backend::Native(model) => model.forward(tokens, past).map_err(|message| Error::Data {
-                source_name: context.to_owned(),
-                message,
-            }),
+            Backend::Native(model) => match model.forward(tokens, past) {
+                Ok(logits) => {
+                    self.cached.truncate(past);
+                    self.cached.extend_from_slice(tokens);
+                    Ok(logits)
+                }
+                Err(message) => {
+                    self.cached.clear();
+                    Err(Error::Data {
+                        source_name: context.to_owned(),
+                        message,
+                    })
+                }
+            },
             Backend::Candle(weights) => {
                 let input = Tensor::new(tokens, &self.device)
                     .and_then(|t| t.unsqueeze(0))
@@ -561,7 +576,17 @@ impl QuantizedLlama {
         rayon::scope(|_| {
             let mut rng = sampling.row_rng(row);
             let mut out = Generated::default();
-            let mut logits = self.forward(prompt, 0)?;
+            // A prompt that continues what the cache holds (the next turn of a conversation,
+            // another request with the same system prompt) runs only its new tokens; at least
+            // the last one runs, for its logits.
+            let reuse = self
+                .cached
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(prompt.len() - 1);
+            let mut logits = self.forward(&prompt[reuse..], reuse)?;
             let mut past = prompt.len();
             loop {
                 let (token, logprob) = sampling.pick(&logits, &mut rng);

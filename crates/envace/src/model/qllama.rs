@@ -209,8 +209,28 @@ fn rope_pairs(x: &mut [f32], head_dim: usize, pos: f32, inv_freq: &[f32]) {
     }
 }
 
+/// The dot product of two equal-length rows, in eight independent sums so the compiler
+/// vectorises it (a single running sum must stay in order and runs one lane at a time).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, a_rest) = a.as_chunks::<8>();
+    let (b8, b_rest) = b[..a.len()].as_chunks::<8>();
+    for (x, y) in a8.iter().zip(b8) {
+        for lane in 0..8 {
+            lanes[lane] += x[lane] * y[lane];
+        }
+    }
+    let tail: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// Key-value positions times query heads below which one query's heads run on one thread.
+const PARALLEL_HEADS_WORK: usize = 16_384;
+
 /// Causal attention of the `l` new queries (rows of `qkv`, whose first `n_heads · head_dim`
 /// values are the query) over the cached keys and values; query `i` sits at `past + i`.
+/// Several queries (a prompt) go to [`prompt_attention`]; one query over a long cache is shared
+/// out over rayon's threads by heads.
 fn attention(
     qkv: &[f32],
     keys: &[f32],
@@ -219,40 +239,206 @@ fn attention(
     past: usize,
     out: &mut [f32],
 ) {
+    use rayon::prelude::*;
     let q_width = n_heads * head_dim;
     let kv_width = n_kv_heads * head_dim;
     let row_width = q_width + 2 * kv_width;
-    let group = n_heads / n_kv_heads.max(1);
+    let group = (n_heads / n_kv_heads.max(1)).max(1);
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut scores = Vec::new();
-    for (i, (row, out_row)) in qkv
+    // One head of one query: `q` over the first `n_keys` positions, into `o`.
+    let head_out = |q: &[f32], head: usize, n_keys: usize, o: &mut [f32], scores: &mut Vec<f32>| {
+        let kv_head = head / group;
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for t in 0..n_keys {
+            let k = &keys[t * kv_width + kv_head * head_dim..][..head_dim];
+            let s = dot(q, k) * scale;
+            max = max.max(s);
+            scores.push(s);
+        }
+        let mut total = 0f32;
+        for s in scores.iter_mut() {
+            *s = (*s - max).exp();
+            total += *s;
+        }
+        o.fill(0.0);
+        for (t, &p) in scores.iter().enumerate() {
+            let v = &values[t * kv_width + kv_head * head_dim..][..head_dim];
+            o.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+        }
+        let inv = 1.0 / total;
+        o.iter_mut().for_each(|o| *o *= inv);
+    };
+    if qkv.len() > row_width {
+        prompt_attention(
+            qkv,
+            keys,
+            values,
+            (n_heads, n_kv_heads, head_dim),
+            past,
+            out,
+        );
+        return;
+    }
+    let rows = qkv
         .chunks_exact(row_width)
-        .zip(out.chunks_exact_mut(q_width))
-        .enumerate()
-    {
+        .zip(out.chunks_exact_mut(q_width));
+    for (i, (row, out_row)) in rows.enumerate() {
         let n_keys = past + i + 1;
-        for head in 0..n_heads {
-            let kv_head = head / group.max(1);
-            let q = &row[head * head_dim..(head + 1) * head_dim];
+        if n_keys * n_heads >= PARALLEL_HEADS_WORK {
+            out_row
+                .par_chunks_exact_mut(head_dim)
+                .enumerate()
+                .for_each_init(Vec::new, |scores, (head, o)| {
+                    let q = &row[head * head_dim..(head + 1) * head_dim];
+                    head_out(q, head, n_keys, o, scores);
+                });
+        } else {
+            let mut scores = Vec::new();
+            for (head, o) in out_row.chunks_exact_mut(head_dim).enumerate() {
+                let q = &row[head * head_dim..(head + 1) * head_dim];
+                head_out(q, head, n_keys, o, &mut scores);
+            }
+        }
+    }
+}
+
+/// Queries per block of [`prompt_attention`].
+const QUERY_BLOCK: usize = 64;
+
+/// Causal attention of a prompt's queries, as matrix products: for each head and block of up to
+/// [`QUERY_BLOCK`] queries, the scores against every key the block can see (one product), the
+/// causal softmax of each row, and the weighted values (another product). Each key is read once
+/// per block instead of once per query. Blocks run in parallel on rayon's threads.
+fn prompt_attention(
+    qkv: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    past: usize,
+    out: &mut [f32],
+) {
+    use super::cpu::strided::{View, product};
+    use rayon::prelude::*;
+    let q_width = n_heads * head_dim;
+    let kv_width = n_kv_heads * head_dim;
+    let row_width = q_width + 2 * kv_width;
+    let l = qkv.len() / row_width;
+    let group = (n_heads / n_kv_heads.max(1)).max(1);
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let blocks: Vec<(usize, usize)> = (0..n_heads)
+        .flat_map(|head| (0..l).step_by(QUERY_BLOCK).map(move |start| (head, start)))
+        .collect();
+    let outputs: Vec<Vec<f32>> = blocks
+        .par_iter()
+        .map_init(Vec::new, |scores: &mut Vec<f32>, &(head, start)| {
+            let rows = QUERY_BLOCK.min(l - start);
+            let n_keys = past + start + rows;
+            let kv_head = head / group;
             scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for t in 0..n_keys {
-                let k = &keys[t * kv_width + kv_head * head_dim..][..head_dim];
-                let s = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
-                max = max.max(s);
-                scores.push(s);
+            scores.resize(rows * n_keys, 0.0);
+            let queries = View {
+                data: qkv,
+                offset: start * row_width + head * head_dim,
+                rows,
+                cols: head_dim,
+                row_stride: row_width,
+                col_stride: 1,
+            };
+            let keys_t = View {
+                data: keys,
+                offset: kv_head * head_dim,
+                rows: head_dim,
+                cols: n_keys,
+                row_stride: 1,
+                col_stride: kv_width,
+            };
+            product(scores, queries, keys_t, scale);
+            for (r, row) in scores.chunks_exact_mut(n_keys).enumerate() {
+                let (seen, hidden) = row.split_at_mut(past + start + r + 1);
+                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+                let mut total = 0f32;
+                for s in seen.iter_mut() {
+                    *s = (*s - max).exp();
+                    total += *s;
+                }
+                let inv = 1.0 / total;
+                seen.iter_mut().for_each(|s| *s *= inv);
+                hidden.fill(0.0);
             }
-            let mut total = 0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                total += *s;
-            }
-            let o = &mut out_row[head * head_dim..(head + 1) * head_dim];
-            o.fill(0.0);
-            for (t, &p) in scores.iter().enumerate() {
-                let v = &values[t * kv_width + kv_head * head_dim..][..head_dim];
-                let w = p / total;
-                o.iter_mut().zip(v).for_each(|(o, &v)| *o += w * v);
+            let weights = View {
+                data: scores,
+                offset: 0,
+                rows,
+                cols: n_keys,
+                row_stride: n_keys,
+                col_stride: 1,
+            };
+            let vals = View {
+                data: values,
+                offset: kv_head * head_dim,
+                rows: n_keys,
+                cols: head_dim,
+                row_stride: kv_width,
+                col_stride: 1,
+            };
+            let mut o = vec![0f32; rows * head_dim];
+            product(&mut o, weights, vals, 1.0);
+            o
+        })
+        .collect();
+    for (&(head, start), o) in blocks.iter().zip(&outputs) {
+        for (r, o_row) in o.chunks_exact(head_dim).enumerate() {
+            out[(start + r) * q_width + head * head_dim..][..head_dim].copy_from_slice(o_row);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prompt's attention as blocked products equals its queries attended one at a time, with
+    /// and without cached positions before it, across block edges and grouped heads.
+    #[test]
+    fn prompt_attention_matches_one_query_at_a_time() {
+        let (n_heads, n_kv_heads, head_dim) = (6, 2, 20);
+        let (q_width, kv_width) = (n_heads * head_dim, n_kv_heads * head_dim);
+        let row_width = q_width + 2 * kv_width;
+        for (past, l) in [(0, 3), (0, QUERY_BLOCK + 5), (17, 2 * QUERY_BLOCK + 1)] {
+            let total = past + l;
+            let mut state = 12345u64;
+            let mut next = || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+            };
+            let keys: Vec<f32> = (0..total * kv_width).map(|_| next() * 4.0).collect();
+            let values: Vec<f32> = (0..total * kv_width).map(|_| next()).collect();
+            let qkv: Vec<f32> = (0..l * row_width).map(|_| next() * 4.0).collect();
+            let mut blocked = vec![0f32; l * q_width];
+            attention(
+                &qkv,
+                &keys,
+                &values,
+                (n_heads, n_kv_heads, head_dim),
+                past,
+                &mut blocked,
+            );
+            for i in 0..l {
+                let mut one = vec![0f32; q_width];
+                attention(
+                    &qkv[i * row_width..(i + 1) * row_width],
+                    &keys[..(past + i + 1) * kv_width],
+                    &values[..(past + i + 1) * kv_width],
+                    (n_heads, n_kv_heads, head_dim),
+                    past + i,
+                    &mut one,
+                );
+                for (a, b) in blocked[i * q_width..(i + 1) * q_width].iter().zip(&one) {
+                    assert!((a - b).abs() < 1e-5, "past {past}, query {i}: {a} vs {b}");
+                }
             }
         }
     }

@@ -237,3 +237,30 @@ fn native_quantized_llama_matches_candles() {
     assert_eq!(argmax(&again), ours[0]);
     assert!(native.forward(&[1], prompt.len() + 100).is_err());
 }
+
+/// A prompt that continues what the cache holds (the next turn of a conversation) runs only its
+/// new tokens, and decodes what a fresh model decodes from the whole prompt; so does a prompt
+/// that leaves the cached one part-way, and one that is a prefix of it.
+#[test]
+fn a_prompt_continuing_the_cache_decodes_as_a_fresh_model_does() {
+    let gguf = Gguf::open(&require(model::smollm2_gguf())).unwrap();
+    let prompt = smollm2_prompt(&gguf);
+    let mut warm = gguf.load_quantized(&Device::Cpu).unwrap();
+    let first = warm.generate_greedy(&prompt, 12, &[]).unwrap();
+    let mut next_turn = prompt.clone();
+    next_turn.extend(&first);
+    next_turn.extend(&prompt[1..]);
+    let mut branch = prompt[..prompt.len() / 2].to_vec();
+    branch.extend(&first);
+    for (name, later) in [
+        ("the next turn", next_turn),
+        ("a branch", branch),
+        ("a prefix", prompt[..prompt.len() - 3].to_vec()),
+        ("the same prompt", prompt.clone()),
+    ] {
+        let reused = warm.generate_greedy(&later, 12, &[]).unwrap();
+        let mut cold = gguf.load_quantized(&Device::Cpu).unwrap();
+        let fresh = cold.generate_greedy(&later, 12, &[]).unwrap();
+        assert_eq!(reused, fresh, "{name}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The model's CPU kernels: the training ops with a real backward (`train_ops`, and the linear
 //! layer as one graph node in `linear`), the
-//! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), and the
+//! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), strided
+//! matrix products for attention over packed buffers (`strided`), and the
 //! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
 //!
 //! Which execution path runs which of them is tabled at the top of `model/mod.rs`.
@@ -10,6 +11,7 @@
 pub(crate) mod decode_ops;
 pub(crate) mod linear;
 pub mod quant;
+pub(crate) mod strided;
 pub(crate) mod train_ops;
 
 use candle_core::backend::BackendStorage;

@@ -36,6 +36,7 @@ pub struct ChatTemplate {
     source_name: String,
     bos_token: String,
     eos_token: String,
+    mentions_tools: bool,
 }
 
 impl ChatTemplate {
@@ -61,7 +62,14 @@ impl ChatTemplate {
             source_name: source_name.to_owned(),
             bos_token: bos_token.to_owned(),
             eos_token: eos_token.to_owned(),
+            mentions_tools: source.contains("tools"),
         })
+    }
+
+    /// Whether the template's source refers to tools (so it renders them itself; otherwise a
+    /// server folds them into the messages).
+    pub fn mentions_tools(&self) -> bool {
+        self.mentions_tools
     }
 
     /// EnvACE's ChatML template ([`CHATML_TEMPLATE`]) for tiny models.

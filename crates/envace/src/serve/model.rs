@@ -233,8 +233,30 @@ impl LoadedModel {
         {
             path = dir.join(path);
         }
+        let name = format!("{}/step-{}", record.name, latest.step);
+        // A training checkpoint: the policy in `model/`, the tokenizer beside it, and the chat
+        // template of the run's model source (what its rollouts were rendered with).
+        if path.join("model").is_dir() && path.join("state.json").is_file() {
+            let config = crate::config::parse(
+                &record.config_toml,
+                &format!("the config of run {}", record.id),
+            )?;
+            let (policy, tokenizer, template) =
+                crate::rl::session::checkpoint_model(&path, &config, &Device::Cpu, DType::F32)?;
+            let model_config = policy.config().clone();
+            let knows_tools = template.mentions_tools();
+            return Ok(Self::assemble(
+                name,
+                &path,
+                &model_config,
+                Weights::Dense(Box::new(policy)),
+                tokenizer,
+                (template, knows_tools),
+                None,
+            ));
+        }
         let model = Self::from_path(&path)?;
-        Ok(model.with_name(format!("{}/step-{}", record.name, latest.step)))
+        Ok(model.with_name(name))
     }
 
     fn assemble(

@@ -280,6 +280,7 @@ fn runs_command(command: RunsCommand, store_path: &Path) -> Result<ExitCode> {
                 TableArg::Metrics => ExportTable::Metrics,
                 TableArg::Events => ExportTable::Events,
                 TableArg::Evals => ExportTable::Evals,
+                TableArg::EvalTasks => ExportTable::EvalTasks,
             };
             let sink_name = out.as_ref().map_or_else(
                 || "standard output".to_string(),

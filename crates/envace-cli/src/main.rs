@@ -177,15 +177,44 @@ struct EvalArgs {
         requires = "endpoint"
     )]
     endpoint_model: String,
-    /// Benchmarks and categories, comma-separated: bfcl:simple_python, bfcl:multiple, …
+    /// Benchmarks and categories, comma-separated: bfcl:simple_python, bfcl:multiple, …,
+    /// tau2:retail, tau2:airline.
     #[arg(long, value_name = "LIST", value_delimiter = ',', required = true)]
     bench: Vec<String>,
-    /// The benchmark data: the folder holding bfcl/ (or the BFCL folder itself).
+    /// The benchmark data: the folder holding bfcl/ and tau2-bench/ (or one benchmark's folder
+    /// itself).
     #[arg(long, value_name = "DIR", required = true)]
     data: Option<PathBuf>,
-    /// Only the first N tasks of each category.
+    /// Only the first N tasks of each category or domain.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// τ²-bench: the user simulator's OpenAI-compatible endpoint (e.g. one `envace
+    /// serve-model` started), or `self` for the evaluated model.
+    #[arg(long, value_name = "URL|self")]
+    user_endpoint: Option<String>,
+    /// The model name sent to --user-endpoint.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    user_model: String,
+    /// τ²-bench: the endpoint that judges NL assertions (retail), or `self`. Without one,
+    /// conversations graded by NL assertions are masked, not scored.
+    #[arg(long, value_name = "URL|self")]
+    judge_endpoint: Option<String>,
+    /// The model name sent to --judge-endpoint.
+    #[arg(long, value_name = "NAME", default_value = "default")]
+    judge_model: String,
+    /// τ²-bench: conversations per task (pass^k is reported for k up to this).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    trials: usize,
+    /// τ²-bench: most messages in a conversation.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    max_steps: usize,
+    /// τ²-bench: the task split (base = every task, train, test).
+    #[arg(long, value_name = "NAME", default_value = "base")]
+    split: String,
+    /// Sampling temperature of the evaluated model and the user simulator (each trial has
+    /// its own seed).
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
+    temperature: f64,
     /// Write every task's record (prompt, calls, verdict, reason) as JSON Lines to this file.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -382,6 +411,8 @@ enum TableArg {
     Events,
     /// step, benchmark, category, metric, value, n_tasks, wall_time.
     Evals,
+    /// step, benchmark, task_id, trial, score, reason, data: every benchmark task's record.
+    EvalTasks,
 }
 
 fn main() -> ExitCode {

@@ -314,6 +314,9 @@ fn runs_export_round_trips_through_files() {
             store::Imported::Metrics(rows) => assert_eq!(rows, view.metrics(run).unwrap()),
             store::Imported::Evals(rows) => assert_eq!(rows, view.eval_results(run).unwrap()),
             store::Imported::Events(rows) => assert_eq!(rows, view.events(run).unwrap()),
+            store::Imported::EvalTasks(rows) => {
+                assert_eq!(rows, view.eval_tasks(run, None).unwrap())
+            }
         }
     }
     // Standard output works too.

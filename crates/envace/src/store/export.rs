@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
-use super::{Batch, EvalRow, EventRow, MetricRow, RunId, View};
+use super::{Batch, EvalRow, EvalTaskRow, EventRow, MetricRow, RunId, View};
 use crate::error::{Error, Result};
 
 /// File format of an export.
@@ -37,6 +37,9 @@ pub enum ExportTable {
     Events,
     /// `step, benchmark, category, metric, value, n_tasks, wall_time`.
     Evals,
+    /// `step, benchmark, task_id, trial, score, reason, data`: every task of the benchmark
+    /// evaluations.
+    EvalTasks,
 }
 
 impl std::str::FromStr for ExportTable {
@@ -47,8 +50,9 @@ impl std::str::FromStr for ExportTable {
             "metrics" => Ok(ExportTable::Metrics),
             "events" => Ok(ExportTable::Events),
             "evals" => Ok(ExportTable::Evals),
+            "eval-tasks" => Ok(ExportTable::EvalTasks),
             other => Err(format!(
-                "unknown table {other:?}; use metrics, events or evals"
+                "unknown table {other:?}; use metrics, events, evals or eval-tasks"
             )),
         }
     }
@@ -63,6 +67,8 @@ pub enum Imported {
     Events(Vec<EventRow>),
     /// Benchmark scores.
     Evals(Vec<EvalRow>),
+    /// Benchmark task records.
+    EvalTasks(Vec<EvalTaskRow>),
 }
 
 impl Imported {
@@ -73,6 +79,7 @@ impl Imported {
             Imported::Metrics(rows) => batch.metrics = rows,
             Imported::Events(rows) => batch.events = rows,
             Imported::Evals(rows) => batch.evals = rows,
+            Imported::EvalTasks(rows) => batch.eval_tasks = rows,
         }
         batch
     }
@@ -83,6 +90,7 @@ impl Imported {
             Imported::Metrics(rows) => rows.len(),
             Imported::Events(rows) => rows.len(),
             Imported::Evals(rows) => rows.len(),
+            Imported::EvalTasks(rows) => rows.len(),
         }
     }
 
@@ -102,6 +110,18 @@ struct EventCsv {
     fields: String,
 }
 
+/// A benchmark task record as one CSV record: the record as JSON text.
+#[derive(Debug, Serialize, Deserialize)]
+struct EvalTaskCsv {
+    step: u64,
+    benchmark: String,
+    task_id: String,
+    trial: u64,
+    score: Option<f64>,
+    reason: String,
+    data: String,
+}
+
 /// Writes one table of a run to `out`; returns the number of rows written.
 pub fn export_rows(
     view: &View<'_>,
@@ -114,6 +134,27 @@ pub fn export_rows(
     match table {
         ExportTable::Metrics => write_rows(&view.metrics(run)?, format, out, sink_name),
         ExportTable::Evals => write_rows(&view.eval_results(run)?, format, out, sink_name),
+        ExportTable::EvalTasks => {
+            let tasks = view.eval_tasks(run, None)?;
+            match format {
+                ExportFormat::Jsonl => write_rows(&tasks, format, out, sink_name),
+                ExportFormat::Csv => {
+                    let rows: Vec<EvalTaskCsv> = tasks
+                        .into_iter()
+                        .map(|t| EvalTaskCsv {
+                            step: t.step,
+                            benchmark: t.benchmark,
+                            task_id: t.task_id,
+                            trial: t.trial,
+                            score: t.score,
+                            reason: t.reason,
+                            data: t.data.to_string(),
+                        })
+                        .collect();
+                    write_rows(&rows, format, out, sink_name)
+                }
+            }
+        }
         ExportTable::Events => {
             let events = view.events(run)?;
             match format {
@@ -146,6 +187,29 @@ pub fn import_rows(
     Ok(match table {
         ExportTable::Metrics => Imported::Metrics(read_rows(format, input, source_name)?),
         ExportTable::Evals => Imported::Evals(read_rows(format, input, source_name)?),
+        ExportTable::EvalTasks => match format {
+            ExportFormat::Jsonl => Imported::EvalTasks(read_rows(format, input, source_name)?),
+            ExportFormat::Csv => {
+                let rows: Vec<EvalTaskCsv> = read_rows(format, input, source_name)?;
+                let mut tasks = Vec::with_capacity(rows.len());
+                for (idx, row) in rows.into_iter().enumerate() {
+                    let data = serde_json::from_str(&row.data).map_err(|err| Error::Data {
+                        source_name: format!("{source_name}, record {}", idx + 1),
+                        message: format!("`data` is not JSON: {err}"),
+                    })?;
+                    tasks.push(EvalTaskRow {
+                        step: row.step,
+                        benchmark: row.benchmark,
+                        task_id: row.task_id,
+                        trial: row.trial,
+                        score: row.score,
+                        reason: row.reason,
+                        data,
+                    });
+                }
+                Imported::EvalTasks(tasks)
+            }
+        },
         ExportTable::Events => match format {
             ExportFormat::Jsonl => Imported::Events(read_rows(format, input, source_name)?),
             ExportFormat::Csv => {

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 
 pub use export::{ExportFormat, ExportTable, Imported, export_rows, import_rows};
 pub use rows::{
-    Batch, CheckpointRow, EvalRow, EventRow, FidelityRow, MetricRow, RunId, RunRecord, RunStatus,
-    RunSummary, TrajectoryRow,
+    Batch, CheckpointRow, EvalRow, EvalTaskRow, EventRow, FidelityRow, MetricRow, RunId, RunRecord,
+    RunStatus, RunSummary, TrajectoryRow,
 };
 
 /// File name of the store inside `ENVACE_HOME` or the platform data directory.
@@ -30,6 +30,7 @@ pub const STORE_FILE_NAME: &str = "runs.sqlite";
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_episodes.sql"),
+    include_str!("migrations/0003_eval_tasks.sql"),
 ];
 
 /// The schema version this build writes.
@@ -252,6 +253,48 @@ impl Store {
         tx.commit().map_err(&err)
     }
 
+    /// Writes a benchmark evaluation in one transaction: every `(step, benchmark)` the batch
+    /// holds scores or task records for first loses the scores and task records stored for it
+    /// before, so evaluating a checkpoint again replaces its result instead of doubling it.
+    pub fn write_evaluation(&mut self, batch: &Batch) -> Result<()> {
+        let err = self.err();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        let mut replaced: Vec<(u64, &str)> = batch
+            .evals
+            .iter()
+            .map(|e| (e.step, e.benchmark.as_str()))
+            .chain(
+                batch
+                    .eval_tasks
+                    .iter()
+                    .map(|t| (t.step, t.benchmark.as_str())),
+            )
+            .collect();
+        replaced.sort_unstable();
+        replaced.dedup();
+        for (step, benchmark) in replaced {
+            for table in ["eval_results", "eval_tasks"] {
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {table} WHERE run_id = ?1 AND step = ?2 AND benchmark = ?3"
+                    ),
+                    params![batch.run.0, step as i64, benchmark],
+                )
+                .map_err(&err)?;
+            }
+        }
+        rows::insert_batch(&tx, batch).map_err(&err)?;
+        tx.execute(
+            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+            params![batch.run.0, now_secs()],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)
+    }
+
     /// Makes a run's rows agree with the checkpoint it resumes from, in one transaction that
     /// also marks it running: every row of a step at or after `next_step` (metrics, log lines
     /// with a step, trajectories, fidelity pairs, evaluations) is removed, and every checkpoint
@@ -270,6 +313,7 @@ impl Store {
             "trajectories",
             "fidelity_pairs",
             "eval_results",
+            "eval_tasks",
         ] {
             let n = tx
                 .execute(
@@ -462,6 +506,21 @@ impl View<'_> {
             run,
             EvalRow::from_row,
         )
+    }
+
+    /// A run's benchmark task records, of one benchmark or all, by step, benchmark, task and
+    /// trial.
+    pub fn eval_tasks(&self, run: RunId, benchmark: Option<&str>) -> Result<Vec<EvalTaskRow>> {
+        let rows = self.collect(
+            "SELECT step, benchmark, task_id, trial, score, reason, data
+             FROM eval_tasks WHERE run_id = ?1 ORDER BY step, benchmark, rowid",
+            run,
+            EvalTaskRow::from_row,
+        )?;
+        Ok(match benchmark {
+            Some(name) => rows.into_iter().filter(|r| r.benchmark == name).collect(),
+            None => rows,
+        })
     }
 
     /// A run's checkpoints, oldest first.

@@ -260,6 +260,40 @@ impl FidelityRow {
     }
 }
 
+/// One task of a benchmark evaluation: its score and why, and the whole record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalTaskRow {
+    /// Optimizer step of the evaluated weights.
+    pub step: u64,
+    /// Benchmark name, e.g. `bfcl_simple_python` or `tau2_retail`.
+    pub benchmark: String,
+    /// The benchmark's task id.
+    pub task_id: String,
+    /// 0-based trial of the task.
+    pub trial: u64,
+    /// 1 or 0 for a checker's verdict, the reward for a graded conversation; `None` when
+    /// masked.
+    pub score: Option<f64>,
+    /// Why the task scored so (empty when it scored full marks).
+    pub reason: String,
+    /// The record: prompt or conversation, the model's calls, the verdict's details.
+    pub data: Value,
+}
+
+impl EvalTaskRow {
+    pub(crate) fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(EvalTaskRow {
+            step: to_u64(row.get(0)?),
+            benchmark: row.get(1)?,
+            task_id: row.get(2)?,
+            trial: to_u64(row.get(3)?),
+            score: row.get(4)?,
+            reason: row.get(5)?,
+            data: json_column(row, 6)?,
+        })
+    }
+}
+
 /// One benchmark score.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalRow {
@@ -333,6 +367,8 @@ pub struct Batch {
     pub fidelity: Vec<FidelityRow>,
     /// Benchmark scores.
     pub evals: Vec<EvalRow>,
+    /// Benchmark task records.
+    pub eval_tasks: Vec<EvalTaskRow>,
     /// Saved checkpoints.
     pub checkpoints: Vec<CheckpointRow>,
 }
@@ -347,6 +383,7 @@ impl Batch {
             trajectories: Vec::new(),
             fidelity: Vec::new(),
             evals: Vec::new(),
+            eval_tasks: Vec::new(),
             checkpoints: Vec::new(),
         }
     }
@@ -358,6 +395,7 @@ impl Batch {
             + self.trajectories.len()
             + self.fidelity.len()
             + self.evals.len()
+            + self.eval_tasks.len()
             + self.checkpoints.len()
     }
 
@@ -438,6 +476,24 @@ pub(crate) fn insert_batch(tx: &Transaction<'_>, batch: &Batch) -> rusqlite::Res
                 f.key_f1,
                 f.value_accuracy,
                 f.exact_match
+            ])?;
+        }
+    }
+    if !batch.eval_tasks.is_empty() {
+        let mut stmt = tx.prepare_cached(
+            "INSERT OR REPLACE INTO eval_tasks (run_id, step, benchmark, task_id, trial, score, reason, data)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for t in &batch.eval_tasks {
+            stmt.execute(params![
+                run,
+                to_i64(t.step),
+                t.benchmark,
+                t.task_id,
+                to_i64(t.trial),
+                t.score,
+                t.reason,
+                t.data.to_string()
             ])?;
         }
     }

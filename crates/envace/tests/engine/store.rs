@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use envace::Error;
 use envace::store::{
-    self, Batch, EvalRow, EventRow, ExportFormat, ExportTable, Imported, MetricRow, RunId,
-    RunStatus, RunWriter, SCHEMA_VERSION, Store, TrajectoryRow,
+    self, Batch, EvalRow, EvalTaskRow, EventRow, ExportFormat, ExportTable, Imported, MetricRow,
+    RunId, RunStatus, RunWriter, SCHEMA_VERSION, Store, TrajectoryRow,
 };
 use serde_json::json;
 
@@ -373,6 +373,24 @@ fn sample_run(store: &mut Store) -> RunId {
         n_tasks: 0,
         wall_time: 1_764_400_003.0,
     });
+    batch.eval_tasks.push(EvalTaskRow {
+        step: 3,
+        benchmark: "tau2_retail".into(),
+        task_id: "7".into(),
+        trial: 1,
+        score: None,
+        reason: "masked: the judge failed, with a comma\nand a newline".into(),
+        data: json!({"messages": [{"role": "user", "content": "hi \"there\""}], "reward": null}),
+    });
+    batch.eval_tasks.push(EvalTaskRow {
+        step: 3,
+        benchmark: "bfcl_simple_python".into(),
+        task_id: "simple_python_0".into(),
+        trial: 0,
+        score: Some(1.0),
+        reason: String::new(),
+        data: json!({"result": [{"f": {"x": 1.5}}]}),
+    });
     store.write(&batch).unwrap();
     run
 }
@@ -393,6 +411,7 @@ fn canonical(imported: &Imported) -> String {
             .collect::<Vec<_>>()
             .join("\n"),
         Imported::Events(rows) => format!("{rows:?}"),
+        Imported::EvalTasks(rows) => format!("{rows:?}"),
         Imported::Evals(rows) => rows
             .iter()
             .map(|r| {
@@ -423,12 +442,14 @@ fn exports_round_trip_to_the_stored_rows() {
             ExportTable::Metrics => Imported::Metrics(view.metrics(run).unwrap()),
             ExportTable::Events => Imported::Events(view.events(run).unwrap()),
             ExportTable::Evals => Imported::Evals(view.eval_results(run).unwrap()),
+            ExportTable::EvalTasks => Imported::EvalTasks(view.eval_tasks(run, None).unwrap()),
         }
     };
     for table in [
         ExportTable::Metrics,
         ExportTable::Events,
         ExportTable::Evals,
+        ExportTable::EvalTasks,
     ] {
         for format in [ExportFormat::Csv, ExportFormat::Jsonl] {
             let mut bytes = Vec::new();
@@ -455,6 +476,76 @@ fn exports_round_trip_to_the_stored_rows() {
             );
         }
     }
+}
+
+#[test]
+fn evaluating_a_checkpoint_again_replaces_its_scores_and_task_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("runs.sqlite")).unwrap();
+    let run = store.create_run("eval", "").unwrap();
+    let evaluation = |step: u64, benchmark: &str, accuracy: f64, tasks: &[&str]| {
+        let mut batch = Batch::new(run);
+        batch.evals.push(EvalRow {
+            step,
+            benchmark: benchmark.into(),
+            category: "all".into(),
+            metric: "accuracy".into(),
+            value: accuracy,
+            n_tasks: tasks.len() as u64,
+            wall_time: 1.0,
+        });
+        for task in tasks {
+            batch.eval_tasks.push(EvalTaskRow {
+                step,
+                benchmark: benchmark.into(),
+                task_id: (*task).into(),
+                trial: 0,
+                score: Some(accuracy),
+                reason: String::new(),
+                data: json!({}),
+            });
+        }
+        batch
+    };
+    store
+        .write_evaluation(&evaluation(4, "bfcl_multiple", 0.5, &["a", "b", "c"]))
+        .unwrap();
+    store
+        .write_evaluation(&evaluation(4, "bfcl_parallel", 0.25, &["p"]))
+        .unwrap();
+    store
+        .write_evaluation(&evaluation(8, "bfcl_multiple", 0.75, &["a"]))
+        .unwrap();
+    // The same benchmark at the same step again: only its own rows are replaced.
+    store
+        .write_evaluation(&evaluation(4, "bfcl_multiple", 1.0, &["a", "b"]))
+        .unwrap();
+    let view = store.view();
+    let scores: Vec<(u64, String, f64)> = view
+        .eval_results(run)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.step, r.benchmark, r.value))
+        .collect();
+    assert_eq!(
+        scores,
+        vec![
+            (4, "bfcl_parallel".into(), 0.25),
+            (4, "bfcl_multiple".into(), 1.0),
+            (8, "bfcl_multiple".into(), 0.75)
+        ]
+    );
+    let tasks: Vec<(u64, String)> = view
+        .eval_tasks(run, Some("bfcl_multiple"))
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.step, t.task_id))
+        .collect();
+    assert_eq!(
+        tasks,
+        vec![(4, "a".into()), (4, "b".into()), (8, "a".into())]
+    );
+    assert_eq!(view.eval_tasks(run, None).unwrap().len(), 4);
 }
 
 #[test]

@@ -1,51 +1,134 @@
-//! `envace eval --model PATH | --run RUN | --endpoint URL --bench bfcl:CATEGORY,…`: public
-//! benchmarks on a model file, a run's latest checkpoint (scores stored with the run) or any
-//! OpenAI-compatible endpoint, with a progress bar per category and every task's record; and
+//! `envace eval --model PATH | --run RUN | --endpoint URL --bench bfcl:CATEGORY,tau2:DOMAIN,…`:
+//! public benchmarks on a model file, a run's latest checkpoint (scores stored with the run) or
+//! any OpenAI-compatible endpoint (τ²-bench with a user simulator behind another), with a
+//! progress bar per category and every task's record; and
 //! `envace eval score bfcl`, another system's decoded calls through the same checker.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use envace::config::EndpointConfig;
+use envace::env::tau2::{DomainKind, Task, Tau2Domain};
 use envace::eval::bfcl::{self, NameStyle, run::RunOptions};
+use envace::eval::tau2::{self, EndpointAgent, EndpointJudge, EndpointUser, Tau2Options};
 use envace::openai::ChatClient;
 use envace::serve::{LoadedModel, ServeOptions, serve};
-use envace::store::{Batch, EvalRow, Store};
+use envace::store::{Batch, EvalRow, EvalTaskRow, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::commands::emit;
 use crate::{EvalArgs, EvalCommand, ScoreCommand};
 
-/// The BFCL categories of `--bench` (`bfcl:NAME`), checked before any model is loaded.
-fn bfcl_categories(bench: &[String]) -> Result<Vec<String>> {
+/// One item of `--bench`.
+#[derive(Debug, Clone, PartialEq)]
+enum Bench {
+    /// A BFCL category.
+    Bfcl(String),
+    /// A τ²-bench domain.
+    Tau2(DomainKind),
+}
+
+/// The items of `--bench` (`bfcl:NAME`, `tau2:DOMAIN`), checked before any model is loaded.
+fn parse_benches(bench: &[String]) -> Result<Vec<Bench>> {
     let mut out = Vec::new();
     for item in bench {
         let Some((name, category)) = item.trim().split_once(':') else {
-            bail!("--bench {item:?}: give BENCHMARK:CATEGORY, e.g. bfcl:simple_python");
+            bail!(
+                "--bench {item:?}: give BENCHMARK:CATEGORY, e.g. bfcl:simple_python or tau2:retail"
+            );
         };
-        if name != "bfcl" {
-            bail!(
-                "--bench {item:?}: the benchmark {name:?} cannot be evaluated yet; BFCL can (bfcl:simple_python, …)"
-            );
+        match name {
+            "bfcl" => {
+                if let Some(why) = bfcl::unsupported(category) {
+                    bail!("--bench {item:?}: {why}");
+                }
+                if !bfcl::CATEGORIES.contains(&category) {
+                    bail!(
+                        "--bench {item:?}: unknown BFCL category; the categories are {}",
+                        bfcl::CATEGORIES.join(", ")
+                    );
+                }
+                out.push(Bench::Bfcl(category.to_owned()));
+            }
+            "tau2" => {
+                let kind = match category {
+                    "retail" => DomainKind::Retail,
+                    "airline" => DomainKind::Airline,
+                    _ => bail!(
+                        "--bench {item:?}: unknown τ²-bench domain; the domains are retail, airline"
+                    ),
+                };
+                out.push(Bench::Tau2(kind));
+            }
+            _ => bail!(
+                "--bench {item:?}: the benchmark {name:?} cannot be evaluated yet; BFCL (bfcl:simple_python, …) and τ²-bench (tau2:retail, tau2:airline) can"
+            ),
         }
-        if let Some(why) = bfcl::unsupported(category) {
-            bail!("--bench {item:?}: {why}");
-        }
-        if !bfcl::CATEGORIES.contains(&category) {
-            bail!(
-                "--bench {item:?}: unknown BFCL category; the categories are {}",
-                bfcl::CATEGORIES.join(", ")
-            );
-        }
-        out.push(category.to_owned());
     }
     Ok(out)
 }
 
+/// A τ²-bench domain's folder: `DIR/tau2-bench/<domain>`, or `DIR/<domain>` when DIR is the
+/// τ²-bench folder itself.
+fn tau2_dir(data: &Path, kind: DomainKind) -> std::path::PathBuf {
+    let nested = data.join("tau2-bench");
+    let root = if nested.is_dir() {
+        nested
+    } else {
+        data.to_path_buf()
+    };
+    root.join(kind.as_str())
+}
+
+/// A client for a chat-completions endpoint.
+fn client(url: &str, model: &str) -> Result<ChatClient> {
+    Ok(ChatClient::new(&EndpointConfig {
+        url: url.to_owned(),
+        model: model.to_owned(),
+        api_key_env: None,
+        timeout_secs: 600.0,
+        max_retries: 2,
+        max_concurrency: 8,
+    })?)
+}
+
+fn progress_bar(len: usize, prefix: String, unit: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{prefix:>18}} [{{bar:30}}] {{pos}}/{{len}} {unit}  {{elapsed}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(prefix);
+    bar
+}
+
+/// A record as one JSON Lines line, tagged with its benchmark.
+fn record_line(benchmark: &str, record: serde_json::Value) -> Result<String> {
+    let mut value = record;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("benchmark".to_owned(), benchmark.into());
+    }
+    Ok(serde_json::to_string(&value)?)
+}
+
+/// Counts of the first word group of each reason (`kind: detail` → `kind`).
+fn reason_counts<'a>(reasons: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::<String, usize>::new();
+    for reason in reasons {
+        let kind = reason.split(": ").next().unwrap_or("").to_owned();
+        *counts.entry(kind).or_default() += 1;
+    }
+    counts
+}
+
 pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> {
-    let categories = bfcl_categories(&args.bench)?;
+    let benches = parse_benches(&args.bench)?;
     let data = args.data.as_deref().context("--data DIR is required")?;
     if let Some(out) = &args.out
         && out.exists()
@@ -56,14 +139,68 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             out.display()
         );
     }
-    // Every category's data is read before the model is loaded: a bad file fails in a second.
-    let mut suites = Vec::new();
-    for category in &categories {
-        let mut entries = bfcl::load(data, category)?;
-        if let Some(n) = args.limit {
-            entries.truncate(n);
+    let has_tau2 = benches.iter().any(|b| matches!(b, Bench::Tau2(_)));
+    if has_tau2 {
+        if args.user_endpoint.is_none() {
+            bail!(
+                "τ²-bench needs a user simulator: pass --user-endpoint URL (any OpenAI-compatible endpoint, e.g. one `envace serve-model` started) or --user-endpoint self"
+            );
         }
-        suites.push((category.clone(), entries));
+        if args.trials == 0 {
+            bail!("--trials 0: give at least one trial per task");
+        }
+        if args.max_steps < 3 {
+            bail!(
+                "--max-steps {}: a conversation needs at least 3 messages (greeting, user, agent)",
+                args.max_steps
+            );
+        }
+    }
+    // Every benchmark's data is read before the model is loaded: a bad file fails in seconds.
+    let mut bfcl_suites = Vec::new();
+    let mut tau2_suites = Vec::new();
+    for bench in &benches {
+        match bench {
+            Bench::Bfcl(category) => {
+                let mut entries = bfcl::load(data, category)?;
+                if let Some(n) = args.limit {
+                    entries.truncate(n);
+                }
+                bfcl_suites.push((category.clone(), entries));
+            }
+            Bench::Tau2(kind) => {
+                let dir = tau2_dir(data, *kind);
+                let domain = Tau2Domain::load(*kind, &dir).with_context(|| {
+                    format!("loading τ²-bench {} from {}", kind.as_str(), dir.display())
+                })?;
+                let Some(ids) = domain.splits().get(&args.split) else {
+                    bail!(
+                        "--split {:?}: {} has the splits {}",
+                        args.split,
+                        dir.join("split_tasks.json").display(),
+                        domain
+                            .splits()
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                };
+                let mut tasks: Vec<Task> = ids
+                    .iter()
+                    .filter_map(|id| domain.task(id).cloned())
+                    .collect();
+                if let Some(n) = args.limit {
+                    tasks.truncate(n);
+                }
+                tau2_suites.push((domain, tasks));
+            }
+        }
+    }
+    if has_tau2 && args.judge_endpoint.is_none() {
+        eprintln!(
+            "no --judge-endpoint: τ²-bench conversations graded by NL assertions (most of retail) will be masked, not scored"
+        );
     }
 
     // The model: served in-process on the loopback, or the endpoint given.
@@ -99,14 +236,14 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         served = Some(server);
         (url, name)
     };
-    let client = ChatClient::new(&EndpointConfig {
-        url,
-        model: model_name.clone(),
-        api_key_env: None,
-        timeout_secs: 600.0,
-        max_retries: 2,
-        max_concurrency: 8,
-    })?;
+    let agent_client = client(&url, &model_name)?;
+    let endpoint_or_self = |given: &str, model: &str| -> Result<ChatClient> {
+        if given == "self" {
+            client(&url, &model_name)
+        } else {
+            client(given, model)
+        }
+    };
     let options = RunOptions {
         max_tokens: args.max_tokens,
         concurrency: 8,
@@ -117,25 +254,38 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         },
     };
 
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
     let mut lines = Vec::new();
-    let mut summary = Vec::new();
-    for (category, entries) in &suites {
-        let bar = ProgressBar::new(entries.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{prefix:>18} [{bar:30}] {pos}/{len} tasks  {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("bfcl:{category}"));
+    // Every task's row for the store (its step is set when stored).
+    let mut task_rows: Vec<EvalTaskRow> = Vec::new();
+    // (benchmark, metric, value, n_tasks) for the store.
+    let mut scores: Vec<(String, String, f64, u64)> = Vec::new();
+    let mut accuracy = BTreeMap::new();
+    for (category, entries) in &bfcl_suites {
+        let bar = progress_bar(entries.len(), format!("bfcl:{category}"), "tasks");
         let started = Instant::now();
         let (score, records) =
-            bfcl::run::run_category(&client, entries, category, &options, &|done, _| {
+            bfcl::run::run_category(&agent_client, entries, category, &options, &|done, _| {
                 bar.set_position(done as u64)
             });
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         for record in &records {
-            lines.push(serde_json::to_string(record)?);
+            let value = serde_json::to_value(record)?;
+            task_rows.push(EvalTaskRow {
+                step: 0,
+                benchmark: format!("bfcl_{category}"),
+                task_id: record.id.clone(),
+                trial: 0,
+                score: Some(if record.valid { 1.0 } else { 0.0 }),
+                reason: record.reason.clone(),
+                data: value.clone(),
+            });
+            lines.push(record_line("bfcl", value)?);
         }
         let tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
         out!(
@@ -145,20 +295,16 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             score.correct,
             score.total
         );
-        let mut reasons = std::collections::BTreeMap::<String, usize>::new();
-        for verdict in score.verdicts.iter().filter(|v| !v.valid) {
-            let kind = verdict.reason.split(": ").next().unwrap_or("").to_owned();
-            *reasons.entry(kind).or_default() += 1;
-        }
-        for (kind, n) in &reasons {
+        let failing = score.verdicts.iter().filter(|v| !v.valid);
+        for (kind, n) in reason_counts(failing.map(|v| v.reason.as_str())) {
             out!("    {n:>4} {kind}");
         }
-        summary.push((category.clone(), score));
+        let benchmark = format!("bfcl_{category}");
+        let n = score.total as u64;
+        scores.push((benchmark.clone(), "accuracy".into(), score.accuracy, n));
+        scores.push((benchmark, "accuracy_se".into(), score.accuracy_se, n));
+        accuracy.insert(category.clone(), score.accuracy);
     }
-    let accuracy: std::collections::BTreeMap<String, f64> = summary
-        .iter()
-        .map(|(category, score)| (category.clone(), score.accuracy))
-        .collect();
     if let Some(summary) = bfcl::ast_summary(&accuracy)
         && summary.is_finite()
         && accuracy.len() > 1
@@ -167,6 +313,112 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             "bfcl: non-live AST summary {summary:.4} (BFCL's unweighted mean over the categories run)"
         );
     }
+
+    if !tau2_suites.is_empty() {
+        let user_endpoint = args.user_endpoint.as_deref().unwrap_or("self");
+        let mut user = EndpointUser::new(endpoint_or_self(user_endpoint, &args.user_model)?);
+        user.temperature = args.temperature;
+        let judge = match &args.judge_endpoint {
+            Some(given) => Some(EndpointJudge::new(endpoint_or_self(
+                given,
+                &args.judge_model,
+            )?)),
+            None => None,
+        };
+        let tau2_options = Tau2Options {
+            trials: args.trials,
+            max_steps: args.max_steps,
+            ..Tau2Options::default()
+        };
+        for (domain, tasks) in &tau2_suites {
+            let name = domain.kind().as_str();
+            let mut agent = EndpointAgent::new(agent_client.clone(), domain);
+            agent.max_tokens = args.max_tokens;
+            agent.temperature = args.temperature;
+            let bar = progress_bar(
+                tasks.len() * args.trials,
+                format!("tau2:{name}"),
+                "conversations",
+            );
+            let started = Instant::now();
+            let (score, records) = tau2::run_domain(
+                domain,
+                tasks,
+                &agent,
+                &user,
+                judge.as_ref().map(|j| j as &dyn tau2::AssertionJudge),
+                &tau2_options,
+                &|done, _| bar.set_position(done as u64),
+            )?;
+            bar.finish_and_clear();
+            let secs = started.elapsed().as_secs_f64();
+            for record in &records {
+                let value = serde_json::to_value(record)?;
+                task_rows.push(EvalTaskRow {
+                    step: 0,
+                    benchmark: format!("tau2_{name}"),
+                    task_id: record.task_id.clone(),
+                    trial: record.trial as u64,
+                    score: record.reward,
+                    reason: match &record.masked {
+                        Some(why) => format!("masked: {why}"),
+                        None => record.reason.clone(),
+                    },
+                    data: value.clone(),
+                });
+                lines.push(record_line("tau2", value)?);
+            }
+            let pass1 = score.pass_hat_k.get(&1).copied().unwrap_or(f64::NAN);
+            out!(
+                "tau2:{name}: pass^1 {pass1:.4} over {} of {} tasks × {} trials (average reward {:.4}; {} conversations masked) in {secs:.1} s",
+                score.n_scored_tasks,
+                score.n_tasks,
+                score.trials,
+                score.avg_reward,
+                score.masked
+            );
+            for (k, value) in score.pass_hat_k.iter().skip(1) {
+                out!("    pass^{k} {value:.4}");
+            }
+            let mut endings = BTreeMap::<String, usize>::new();
+            for record in &records {
+                let kind = serde_json::to_value(&record.termination)?
+                    .get("kind")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                *endings.entry(kind).or_default() += 1;
+            }
+            for (kind, n) in endings {
+                out!("    {n:>4} ended: {kind}");
+            }
+            let failing = records
+                .iter()
+                .filter(|r| r.reward.is_some_and(|r| r < 1.0))
+                .map(|r| r.reason.as_str());
+            for (kind, n) in reason_counts(failing) {
+                out!("    {n:>4} {kind}");
+            }
+            let benchmark = format!("tau2_{name}");
+            let n = score.n_scored_tasks as u64;
+            for (k, value) in &score.pass_hat_k {
+                scores.push((benchmark.clone(), format!("pass^{k}"), *value, n));
+            }
+            scores.push((
+                benchmark.clone(),
+                "avg_reward".into(),
+                score.avg_reward,
+                score.n_tasks as u64,
+            ));
+            scores.push((
+                benchmark,
+                "masked".into(),
+                score.masked as f64,
+                score.n_tasks as u64,
+            ));
+        }
+    }
+
     if let Some(out) = &args.out {
         let mut text = lines.join("\n");
         text.push('\n');
@@ -175,28 +427,26 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     }
     if let Some((mut store, run, step)) = run_at {
         let mut batch = Batch::new(run);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        for (category, score) in &summary {
-            for (metric, value) in [
-                ("accuracy", score.accuracy),
-                ("accuracy_se", score.accuracy_se),
-            ] {
-                batch.evals.push(EvalRow {
-                    step,
-                    benchmark: format!("bfcl_{category}"),
-                    category: "all".to_owned(),
-                    metric: metric.to_owned(),
-                    value,
-                    n_tasks: score.total as u64,
-                    wall_time: now,
-                });
-            }
+        let wall_time = now();
+        for (benchmark, metric, value, n_tasks) in scores {
+            batch.evals.push(EvalRow {
+                step,
+                benchmark,
+                category: "all".to_owned(),
+                metric,
+                value,
+                n_tasks,
+                wall_time,
+            });
         }
-        store.write(&batch)?;
+        batch.eval_tasks = task_rows
+            .into_iter()
+            .map(|row| EvalTaskRow { step, ..row })
+            .collect();
+        let n_records = batch.eval_tasks.len();
+        store.write_evaluation(&batch)?;
         eprintln!(
-            "stored the scores with run {run} at step {step} in {}",
+            "stored the scores and {n_records} task records with run {run} at step {step} in {}",
             store.path().display()
         );
     }

@@ -1,8 +1,13 @@
-//! `envace eval` as the real binary: BFCL tasks on SmolLM2 end to end, another system's outputs
-//! scored with `eval score bfcl`, and bad input named.
+//! `envace eval` as the real binary: BFCL tasks on SmolLM2 end to end, a run's checkpoint
+//! evaluated with its scores and task records stored, τ²-bench conversations with
+//! `serve-model` as the user simulator, another system's outputs scored with `eval score bfcl`,
+//! and bad input named.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_envace");
 
@@ -167,7 +172,12 @@ fn eval_runs_bfcl_tasks_on_a_model_and_writes_every_tasks_record() {
 fn eval_names_a_benchmark_it_cannot_run_before_loading_anything() {
     let data = data();
     for (bench, says) in [
-        ("tau2:retail", "cannot be evaluated yet"),
+        ("vitabench:delivery", "cannot be evaluated yet"),
+        ("tau2:telecom", "unknown τ²-bench domain"),
+        (
+            "tau2:airline",
+            "needs a user simulator: pass --user-endpoint",
+        ),
         ("bfcl:multi_turn_base", "stateful backends"),
         ("bfcl:simple_cobol", "unknown BFCL category"),
         ("simple_python", "give BENCHMARK:CATEGORY"),
@@ -184,5 +194,207 @@ fn eval_names_a_benchmark_it_cannot_run_before_loading_anything() {
         assert!(!out.status.success(), "{bench}");
         let stderr = text(&out.stderr);
         assert!(stderr.contains(says), "{bench}: {stderr}");
+    }
+}
+
+/// The same small job as the engine's training tests (3 SFT and 2 GRPO steps).
+const TINY_JOB: &str = include_str!("../../../envace/tests/fixtures/train/tiny_job.toml");
+
+#[test]
+fn eval_of_a_run_stores_its_scores_and_every_tasks_record_at_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(&config, TINY_JOB).unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let store_arg = store.to_str().unwrap();
+    let trained = run(&["--store", store_arg, "train", config.to_str().unwrap()]);
+    assert!(trained.status.success(), "{}", text(&trained.stderr));
+    let data = data();
+    let evaluate = || {
+        run(&[
+            "--store",
+            store_arg,
+            "eval",
+            "--run",
+            "1",
+            "--bench",
+            "bfcl:simple_python",
+            "--data",
+            data.to_str().unwrap(),
+            "--limit",
+            "2",
+            "--max-tokens",
+            "8",
+        ])
+    };
+    for _ in 0..2 {
+        let out = evaluate();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("stored the scores and 2 task records with run 1 at step 4"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    // Evaluating the checkpoint again replaced its rows instead of adding to them.
+    let store = envace::store::Store::open(&store).unwrap();
+    let view = store.view();
+    let run_id = view.find_run("1").unwrap().id;
+    let scores: Vec<(u64, String, String)> = view
+        .eval_results(run_id)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.benchmark.starts_with("bfcl"))
+        .map(|r| (r.step, r.benchmark, r.metric))
+        .collect();
+    assert_eq!(
+        scores,
+        vec![
+            (4, "bfcl_simple_python".into(), "accuracy".into()),
+            (4, "bfcl_simple_python".into(), "accuracy_se".into())
+        ]
+    );
+    let tasks = view.eval_tasks(run_id, Some("bfcl_simple_python")).unwrap();
+    let ids: Vec<&str> = tasks.iter().map(|t| t.task_id.as_str()).collect();
+    assert_eq!(ids, ["simple_python_0", "simple_python_1"]);
+    for task in &tasks {
+        assert_eq!(task.step, 4);
+        assert_eq!(task.data["messages"][0]["role"], "user", "{:?}", task.data);
+        assert_eq!(task.score == Some(1.0), task.reason.is_empty(), "{task:?}");
+    }
+    // The records export like any other table.
+    let exported = run(&[
+        "--store",
+        store_arg,
+        "runs",
+        "export",
+        "1",
+        "--table",
+        "eval-tasks",
+        "--format",
+        "csv",
+    ]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let csv = text(&exported.stdout);
+    assert!(
+        csv.starts_with("step,benchmark,task_id,trial,score,reason,data\n4,bfcl_simple_python,simple_python_0,0,"),
+        "{csv}"
+    );
+}
+
+/// `envace serve-model` on SmolLM2 as a child process, and the URL it prints.
+fn serve_model() -> (std::process::Child, String) {
+    let gguf = envace::model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(BIN)
+        .args(["serve-model", "--model"])
+        .arg(&gguf)
+        .args(["--addr", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(120)).unwrap();
+    let url = line.rsplit(' ').next().unwrap().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    (child, url)
+}
+
+#[test]
+fn tau2_conversations_run_with_serve_model_as_the_user_simulator() {
+    let (mut user, url) = serve_model();
+    let gguf = envace::model::smollm2_gguf().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let data = data();
+    let out = run(&[
+        "eval",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--bench",
+        "tau2:airline",
+        "--data",
+        data.to_str().unwrap(),
+        "--user-endpoint",
+        &url,
+        "--limit",
+        "2",
+        "--max-steps",
+        "5",
+        "--max-tokens",
+        "24",
+        "--out",
+        records.to_str().unwrap(),
+    ]);
+    let _ = user.kill();
+    let _ = user.wait();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("tau2:airline: pass^1 ") && stdout.contains("over 2 of 2 tasks × 1 trials"),
+        "{stdout}"
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["0", "1"]);
+    for line in &lines {
+        assert_eq!(line["benchmark"], "tau2");
+        let messages = line["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["content"], "Hi! How can I help you today?");
+        // Both sides spoke: the simulator's opening, then the agent's answer.
+        assert_eq!(messages[1]["role"], "user", "{line}");
+        assert_eq!(messages[2]["role"], "assistant", "{line}");
+        assert!(messages.len() <= 5, "{line}");
+        assert!(line["reward"].is_number(), "{line}");
+        assert!(line["termination"]["kind"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn tau2_options_are_checked_before_any_model_is_loaded() {
+    let data = data();
+    for (args, says) in [
+        (
+            vec!["--user-endpoint", "self", "--split", "holdout"],
+            "--split \"holdout\"",
+        ),
+        (
+            vec!["--user-endpoint", "self", "--trials", "0"],
+            "--trials 0",
+        ),
+        (
+            vec!["--user-endpoint", "self", "--max-steps", "2"],
+            "--max-steps 2",
+        ),
+    ] {
+        let mut all = vec![
+            "eval",
+            "--model",
+            "/nonexistent.gguf",
+            "--bench",
+            "tau2:retail",
+            "--data",
+            data.to_str().unwrap(),
+        ];
+        all.extend(args);
+        let out = run(&all);
+        assert!(!out.status.success(), "{all:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(says), "{all:?}: {stderr}");
+        assert!(!stderr.contains("nonexistent"), "{stderr}");
     }
 }

@@ -2,6 +2,7 @@
 //! known answers and error cases, argument validation, rewards and pass^k.
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
+mod conversation;
 mod gold;
 mod reset;
 mod rewards;

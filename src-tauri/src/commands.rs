@@ -13,8 +13,9 @@ use tauri_plugin_dialog::DialogExt;
 use crate::StudioState;
 use crate::contract::{
     CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
-    EvalSeries, FidelityScores, FieldIssue, GroupMemberView, GroupView, MessageView, MetricSeries,
-    PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup, StudioError, TurnView, finite,
+    EvalSeries, EvalTaskView, FidelityScores, FieldIssue, GroupMemberView, GroupView, MessageView,
+    MetricSeries, PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup, StudioError,
+    TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -477,6 +478,36 @@ pub async fn run_evals(state: State<'_, StudioState>, run: i32) -> Result<RunEva
         run,
         series: eval_series(rows),
     })
+}
+
+/// The task records of one benchmark of a run at one checkpoint, in the order they ran.
+#[tauri::command]
+#[specta::specta]
+pub async fn run_eval_tasks(
+    state: State<'_, StudioState>,
+    run: i32,
+    benchmark: String,
+    step: u32,
+) -> Result<Vec<EvalTaskView>, StudioError> {
+    let what = format!("Cannot read the {benchmark} tasks of run {run}");
+    let store = open_store(&state, &what)?;
+    let view = store.view();
+    view.find_run(&run.to_string())
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    let rows = view
+        .eval_tasks(run_id(run), Some(&benchmark))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| row.step == u64::from(step))
+        .map(|row| EvalTaskView {
+            task_id: row.task_id,
+            trial: u32::try_from(row.trial).unwrap_or(u32::MAX),
+            score: row.score.filter(|v| v.is_finite()),
+            reason: row.reason,
+            record: row.data.to_string(),
+        })
+        .collect())
 }
 
 /// A run's config text as it was started.

@@ -459,6 +459,22 @@ pub struct EvalSeries {
     pub n_tasks: Vec<u32>,
 }
 
+/// One task of a benchmark evaluation at a checkpoint (the store's `eval_tasks`).
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct EvalTaskView {
+    /// The benchmark's task id.
+    pub task_id: String,
+    /// 0-based trial.
+    pub trial: u32,
+    /// 1 or 0 for a checker's verdict, the reward of a conversation; `null` when masked.
+    pub score: Option<f64>,
+    /// Why it scored so (empty for full marks).
+    pub reason: String,
+    /// The whole record as JSON text: the prompt or conversation, the model's calls, the
+    /// expected calls or the reward's components.
+    pub record: String,
+}
+
 /// Every benchmark result a run recorded (the store's `eval_results`), for its charts.
 #[derive(Debug, Clone, Serialize, Type)]
 pub struct RunEvals {

@@ -44,6 +44,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::active_training,
             commands::run_metrics,
             commands::run_evals,
+            commands::run_eval_tasks,
             commands::run_config,
             commands::diff_runs,
             commands::run_episodes,

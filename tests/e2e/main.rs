@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
 mod analysis;
+mod benchmarks;
 mod close;
 mod endpoints;
 mod pickers;

@@ -53,6 +53,8 @@ export const commands = {
 	runMetrics: (run: number) => typedError<RunMetrics, StudioError>(__TAURI_INVOKE("run_metrics", { run })),
 	/**  Every benchmark result of a run, per benchmark, category and metric over steps. */
 	runEvals: (run: number) => typedError<RunEvals, StudioError>(__TAURI_INVOKE("run_evals", { run })),
+	/**  The task records of one benchmark of a run at one checkpoint, in the order they ran. */
+	runEvalTasks: (run: number, benchmark: string, step: number) => typedError<EvalTaskView[], StudioError>(__TAURI_INVOKE("run_eval_tasks", { run, benchmark, step })),
 	/**  A run's config text as it was started. */
 	runConfig: (run: number) => typedError<string, StudioError>(__TAURI_INVOKE("run_config", { run })),
 	/**  Line diff between the configs of two runs. */
@@ -232,6 +234,23 @@ export type EvalSeries = {
 	values: (number | null)[],
 	/**  Tasks each value was computed over. */
 	n_tasks: number[],
+};
+
+/**  One task of a benchmark evaluation at a checkpoint (the store's `eval_tasks`). */
+export type EvalTaskView = {
+	/**  The benchmark's task id. */
+	task_id: string,
+	/**  0-based trial. */
+	trial: number,
+	/**  1 or 0 for a checker's verdict, the reward of a conversation; `null` when masked. */
+	score: number | null,
+	/**  Why it scored so (empty for full marks). */
+	reason: string,
+	/**
+	 *  The whole record as JSON text: the prompt or conversation, the model's calls, the
+	 *  expected calls or the reward's components.
+	 */
+	record: string,
 };
 
 /**  Fidelity of a rehearsed response against the real one. */

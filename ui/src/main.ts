@@ -1,8 +1,10 @@
 // Entry point of the studio's front end: tabs for the experiment editor, training (controls,
-// live status, log, charts), the run list, the episode viewer and the run comparison.
+// live status, log, charts), the run list, the episode viewer, the run comparison and the
+// public-benchmark scores.
 
 import "./locale";
 import "./style.css";
+import { BenchmarkView } from "./benchmarkView";
 import { commands } from "./bindings";
 import { chartPanels } from "./charts";
 import { CompareView } from "./compare";
@@ -67,6 +69,7 @@ async function main(): Promise<void> {
     runs: h("div", { id: "runs-pane", class: "pane" }),
     episodes: h("div", { id: "episodes-pane", class: "pane" }),
     compare: h("div", { id: "compare-pane", class: "pane" }),
+    benchmarks: h("div", { id: "benchmarks-pane", class: "pane" }),
   };
   type PaneId = keyof typeof panes;
   const onShow: Partial<Record<PaneId, () => void>> = {};
@@ -84,7 +87,7 @@ async function main(): Promise<void> {
     return button;
   };
   app.replaceChildren(
-    h("header", {}, h("h1", {}, "EnvACE Studio"), tab("editor", "Experiment"), tab("training", "Training"), tab("runs", "Runs"), tab("episodes", "Episodes"), tab("compare", "Compare")),
+    h("header", {}, h("h1", {}, "EnvACE Studio"), tab("editor", "Experiment"), tab("training", "Training"), tab("runs", "Runs"), tab("episodes", "Episodes"), tab("compare", "Compare"), tab("benchmarks", "Benchmarks")),
     ...Object.values(panes),
   );
   const [initial, schema] = await Promise.all([commands.initialDocument(), commands.configSchema()]);
@@ -96,9 +99,11 @@ async function main(): Promise<void> {
   const training = new TrainingView(panes.training, () => editor.toml());
   const episodes = new EpisodeViewer(panes.episodes);
   const compare = new CompareView(panes.compare);
+  const benchmarkView = new BenchmarkView(panes.benchmarks);
   onShow.runs = () => void showRuns(panes.runs, training, episodes, tabs);
   onShow.episodes = () => void episodes.show();
   onShow.compare = () => void compare.show();
+  onShow.benchmarks = () => void benchmarkView.show();
   tabs.select("editor");
   await editor.mount();
   await training.mount();

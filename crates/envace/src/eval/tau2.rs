@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::chat::{Message, Role, ToolCall, parse_tool_calls};
 use crate::env::tau2::eval::{Reward, RewardReport, evaluate, pass_hat_ks};
-use crate::env::tau2::task::UserInstructions;
+use crate::env::tau2::task::{RewardType, UserInstructions};
 use crate::env::tau2::{Task, Tau2Domain};
 use crate::env::{Environment, render_outcome};
 use crate::error::Result;
@@ -237,17 +237,17 @@ pub fn run_conversation(
         )
     } else {
         match &report.reward {
-            Reward::Scored(reward) => (Some(*reward), components_reason(&report, *reward)),
+            Reward::Scored(reward) => (Some(*reward), components_reason(task, &report, *reward)),
             Reward::NeedsJudge {
                 reward_without_judge,
                 ..
-            } if *reward_without_judge == 0.0 => (Some(0.0), components_reason(&report, 0.0)),
+            } if *reward_without_judge == 0.0 => (Some(0.0), components_reason(task, &report, 0.0)),
             Reward::NeedsJudge {
                 reward_without_judge,
                 nl_assertions: assertions,
             } if assertions.is_empty() => (
                 Some(*reward_without_judge),
-                components_reason(&report, *reward_without_judge),
+                components_reason(task, &report, *reward_without_judge),
             ),
             Reward::NeedsJudge {
                 reward_without_judge,
@@ -275,7 +275,7 @@ pub fn run_conversation(
                     let reward = if all_met { *reward_without_judge } else { 0.0 };
                     let reason = match nl_assertions.iter().find(|v| !v.met) {
                         Some(unmet) => format!("NL assertion not met: {}", unmet.assertion),
-                        None => components_reason(&report, reward),
+                        None => components_reason(task, &report, reward),
                     };
                     (Some(reward), reason)
                 }
@@ -310,13 +310,18 @@ fn termination_text(termination: &Termination) -> String {
     }
 }
 
-/// Which component of the basis cost the reward.
-fn components_reason(report: &RewardReport, reward: f64) -> String {
+/// Which components of the task's reward basis cost the reward.
+fn components_reason(task: &Task, report: &RewardReport, reward: f64) -> String {
     if reward > 0.0 {
         return String::new();
     }
+    let basis = task
+        .evaluation_criteria
+        .as_ref()
+        .map(|c| c.reward_basis.clone())
+        .unwrap_or_default();
     let mut parts = Vec::new();
-    if report.db_reward == 0.0 {
+    if basis.contains(&RewardType::Db) && report.db_reward == 0.0 {
         parts.push("the database differs from the gold actions' result".to_owned());
     }
     let missed: Vec<&str> = report
@@ -325,7 +330,7 @@ fn components_reason(report: &RewardReport, reward: f64) -> String {
         .filter(|c| !c.met)
         .map(|c| c.info.as_str())
         .collect();
-    if !missed.is_empty() {
+    if basis.contains(&RewardType::Communicate) && !missed.is_empty() {
         parts.push(format!("not told to the user: {}", missed.join(", ")));
     }
     let unmatched: Vec<&str> = report
@@ -334,7 +339,7 @@ fn components_reason(report: &RewardReport, reward: f64) -> String {
         .filter(|a| !a.matched)
         .map(|a| a.name.as_str())
         .collect();
-    if report.action_reward == 0.0 && !unmatched.is_empty() {
+    if basis.contains(&RewardType::Action) && report.action_reward == 0.0 && !unmatched.is_empty() {
         parts.push(format!("gold actions not taken: {}", unmatched.join(", ")));
     }
     parts.join("; ")

@@ -47,6 +47,9 @@ pub struct TaskRecord {
     pub result: Value,
     pub valid: bool,
     pub reason: String,
+    /// The acceptable calls (`[{name: {param: [acceptable values]}}]`); null for irrelevance,
+    /// where the right answer is no call.
+    pub expected: Value,
     /// Generated tokens the endpoint counted.
     pub completion_tokens: u64,
     /// Seconds from sending the request to its reply.
@@ -271,6 +274,10 @@ fn run_task(
         result,
         valid: verdict.valid,
         reason: verdict.reason(),
+        expected: entry
+            .ground_truth
+            .as_ref()
+            .map_or(Value::Null, |calls| Value::Array(calls.clone())),
         completion_tokens: tokens,
         secs,
     }

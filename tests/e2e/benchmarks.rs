@@ -1,0 +1,284 @@
+//! End-to-end: the Benchmarks tab on a run whose public-benchmark evaluations are stored with
+//! their task records — the score table (BFCL categories, a τ²-bench domain, their means and the
+//! overall mean per checkpoint) and the drill-down from a score to its failing tasks, with the
+//! checker's reason and the model's calls beside the expected ones, or a conversation's
+//! grade. The records are real: BFCL outputs scored by the engine's AST checker and a τ²
+//! conversation run and graded by the engine's evaluator.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envace::chat::{Message, Role};
+use envace::env::tau2::{DomainKind, Task, Tau2Domain};
+use envace::eval::bfcl::{self, NameStyle};
+use envace::eval::tau2::{Agent, STOP, Tau2Options, UserSimulator, run_conversation};
+use envace::store::{Batch, EvalRow, EvalTaskRow, Store};
+use serde_json::{Value, json};
+
+use super::Studio;
+
+fn data() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/benchmarks")
+}
+
+/// The first three simple_python tasks answered with their ground truth, except task 1, whose
+/// first argument is off by one; scored by the AST checker into task rows at `step`.
+fn bfcl_rows(step: u64, wrong: bool) -> (Vec<EvalTaskRow>, f64) {
+    let entries = bfcl::load(&data(), "simple_python").unwrap();
+    let mut rows = Vec::new();
+    for entry in entries.iter().take(3) {
+        let mut output = bfcl::gold_output(entry, "simple_python").unwrap();
+        if wrong && entry.id == "simple_python_1" {
+            let call = output[0]
+                .as_object_mut()
+                .unwrap()
+                .values_mut()
+                .next()
+                .unwrap();
+            let (_, first) = call.as_object_mut().unwrap().iter_mut().next().unwrap();
+            *first = json!(first.as_i64().unwrap_or(0) + 1);
+        }
+        let verdict = bfcl::score_entry(entry, "simple_python", &output, NameStyle::AsDocumented);
+        rows.push(EvalTaskRow {
+            step,
+            benchmark: "bfcl_simple_python".into(),
+            task_id: entry.id.clone(),
+            trial: 0,
+            score: Some(if verdict.valid { 1.0 } else { 0.0 }),
+            reason: verdict.reason(),
+            data: json!({
+                "category": "simple_python",
+                "id": entry.id,
+                "messages": entry.turns[0].iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
+                "result": output,
+                "expected": entry.ground_truth,
+                "valid": verdict.valid,
+                "reason": verdict.reason(),
+            }),
+        });
+    }
+    let accuracy = rows.iter().filter(|r| r.score == Some(1.0)).count() as f64 / rows.len() as f64;
+    (rows, accuracy)
+}
+
+/// An agent that looks the reservation up and then says it cannot help.
+struct LookOnly;
+
+impl Agent for LookOnly {
+    fn respond(&self, _: &Task, _: usize, conversation: &[Message]) -> Result<String, String> {
+        if conversation.iter().any(|m| m.role == Role::Tool) {
+            Ok("Sorry, I cannot change that reservation.".into())
+        } else {
+            Ok("<tool_call>\n{\"name\": \"get_reservation_details\", \"arguments\": {\"reservation_id\": \"Q69X3R\"}}\n</tool_call>".into())
+        }
+    }
+}
+
+/// Asks once, then ends the call.
+struct AskOnce;
+
+impl UserSimulator for AskOnce {
+    fn respond(&self, _: &Task, _: usize, conversation: &[Message]) -> Result<String, String> {
+        Ok(if conversation.len() == 1 {
+            "Please change my flight.".into()
+        } else {
+            format!("Fine. {STOP}")
+        })
+    }
+}
+
+#[test]
+fn benchmark_scores_drill_down_to_failing_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&store_path).unwrap();
+    let run = store
+        .create_run("smollm2-eval", super::training::TINY)
+        .unwrap();
+
+    let domain: Arc<Tau2Domain> =
+        Tau2Domain::load(DomainKind::Airline, data().join("tau2-bench/airline")).unwrap();
+    let record = run_conversation(
+        &domain,
+        domain.task("7").unwrap(),
+        0,
+        &LookOnly,
+        &AskOnce,
+        None,
+        &Tau2Options::default(),
+    )
+    .unwrap();
+    assert_eq!(record.reward, Some(0.0), "{}", record.reason);
+
+    for (step, wrong) in [(4u64, true), (8, false)] {
+        let (rows, accuracy) = bfcl_rows(step, wrong);
+        let mut batch = Batch::new(run);
+        batch.evals.push(EvalRow {
+            step,
+            benchmark: "bfcl_simple_python".into(),
+            category: "all".into(),
+            metric: "accuracy".into(),
+            value: accuracy,
+            n_tasks: rows.len() as u64,
+            wall_time: 1.0,
+        });
+        batch.eval_tasks = rows;
+        if step == 8 {
+            batch.evals.push(EvalRow {
+                step,
+                benchmark: "tau2_airline".into(),
+                category: "all".into(),
+                metric: "pass^1".into(),
+                value: 0.0,
+                n_tasks: 1,
+                wall_time: 1.0,
+            });
+            batch.eval_tasks.push(EvalTaskRow {
+                step,
+                benchmark: "tau2_airline".into(),
+                task_id: "7".into(),
+                trial: 0,
+                score: record.reward,
+                reason: record.reason.clone(),
+                data: serde_json::to_value(&record).unwrap(),
+            });
+        }
+        store.write_evaluation(&batch).unwrap();
+    }
+    drop(store);
+
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(&config, super::training::TINY).unwrap();
+    let studio = Studio::open(&config, &store_path);
+    let s = studio.s();
+    s.click("#tab-benchmarks").unwrap();
+    let table = s
+        .wait_for(
+            "the score table",
+            "const t = document.querySelector('#score-table'); return t && t.innerText",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let table = table.as_str().unwrap().to_owned();
+    for cell in [
+        "BFCL",
+        "τ²-bench",
+        "simple_python",
+        "airline",
+        "overall",
+        "66.7%",
+        "100.0%",
+        "50.0%",
+    ] {
+        assert!(table.contains(cell), "{cell} in {table}");
+    }
+    let cells: Value = s
+        .script(
+            "return [...document.querySelectorAll('#score-table tr')].slice(2).map(r => [...r.cells].map(c => c.innerText))",
+            json!([]),
+        )
+        .unwrap();
+    // Rows: step, simple_python, BFCL mean, airline, τ² mean, overall.
+    assert_eq!(
+        cells,
+        json!([
+            ["4", "66.7%", "66.7%", "–", "–", "66.7%"],
+            ["8", "100.0%", "100.0%", "0.0%", "0.0%", "50.0%"]
+        ])
+    );
+    studio.shot("studio-benchmarks", Some("#score-table"));
+
+    // The 66.7% at step 4 opens its tasks: the wrong one, with the checker's reason.
+    s.click("#score-table button[data-benchmark='bfcl_simple_python'][data-step='4']")
+        .unwrap();
+    let title = s
+        .wait_for(
+            "the task list",
+            "const t = document.querySelector('#tasks-title'); return t && t.textContent",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert_eq!(title, "bfcl_simple_python at step 4: 2 of 3 right");
+    let rows: Value = s
+        .script(
+            "return [...document.querySelectorAll('#task-table .task-row')].map(r => [...r.cells].map(c => c.innerText))",
+            json!([]),
+        )
+        .unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "only the failing task: {rows:?}");
+    assert_eq!(rows[0][0], "simple_python_1");
+    assert!(
+        rows[0][3].as_str().unwrap().starts_with("value_error:"),
+        "{rows:?}"
+    );
+    s.click("#task-table .task-row[data-task='simple_python_1'] td")
+        .unwrap();
+    let calls = s
+        .wait_for(
+            "the calls side by side",
+            "const m = document.querySelector('#task-detail .model-calls'); const e = document.querySelector('#task-detail .expected-calls'); return m && e && [m.textContent, e.textContent]",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let (model, expected) = (calls[0].as_str().unwrap(), calls[1].as_str().unwrap());
+    assert!(
+        model.contains("math.factorial") && expected.contains("math.factorial"),
+        "{model} / {expected}"
+    );
+    assert_ne!(model, expected);
+    // Every task is listed when asked for.
+    s.click("#only-failing").unwrap();
+    let n: Value = s
+        .script(
+            "return document.querySelectorAll('#task-table .task-row').length",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(n, 3);
+    studio.shot("studio-benchmarks-bfcl-task", Some("#task-detail"));
+
+    // The τ² score opens its conversation, with how it ended and the reward's components.
+    s.click("#score-table button[data-benchmark='tau2_airline'][data-step='8']")
+        .unwrap();
+    s.wait_for(
+        "the τ² task",
+        "const r = document.querySelector(\"#task-table .task-row[data-task='7']\"); return r !== null",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    s.click("#task-table .task-row[data-task='7'] td").unwrap();
+    let facts = s
+        .wait_for(
+            "the conversation's grade",
+            "const f = document.querySelector('#task-detail .facts'); return f && f.innerText",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let facts = facts.as_str().unwrap();
+    assert!(facts.contains("user_stop"), "{facts}");
+    assert!(
+        facts.contains("differs from the gold actions' result"),
+        "{facts}"
+    );
+    assert!(facts.contains("✗ update_reservation_flights"), "{facts}");
+    let conversation: Value = s
+        .script(
+            "return [...document.querySelectorAll('#task-detail .msg .role')].map(r => r.textContent)",
+            json!([]),
+        )
+        .unwrap();
+    assert_eq!(
+        conversation,
+        json!([
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user"
+        ])
+    );
+    studio.shot("studio-benchmarks-tau2-task", Some("#task-detail"));
+}

@@ -1,0 +1,71 @@
+// Unit tests of the public-benchmark table and the task-record reading of the drill-down.
+import { describe, expect, it } from "vitest";
+import type { EvalSeries } from "./bindings";
+import { percent, scoreTable, taskDetail } from "./benchTable";
+
+const series = (benchmark: string, metric: string, steps: number[], values: (number | null)[], category = "all"): EvalSeries => ({
+  benchmark, category, metric, steps, values, n_tasks: steps.map(() => 50),
+});
+
+describe("score table", () => {
+  it("has a column per BFCL category and τ² domain, and the family and overall means", () => {
+    const table = scoreTable([
+      series("bfcl_simple_python", "accuracy", [4, 8], [0.5, 0.7]),
+      series("bfcl_simple_python", "accuracy_se", [4, 8], [0.07, 0.06]),
+      series("bfcl_multiple", "accuracy", [8], [0.3]),
+      series("tau2_airline", "pass^1", [8], [0.2]),
+      series("tau2_airline", "avg_reward", [8], [0.25]),
+      series("generated_test", "score", [2, 4, 8], [0.1, 0.2, 0.3]),
+      series("bfcl_parallel", "accuracy", [4], [0.9], "python"),
+    ]);
+    expect(table.steps).toEqual([4, 8]);
+    expect(table.columns.map((c) => `${c.family}/${c.label}`)).toEqual(["BFCL/multiple", "BFCL/simple_python", "τ²-bench/airline"]);
+    expect(table.columns[0].values).toEqual([null, 0.3]);
+    expect(table.familyMeans).toEqual([
+      { family: "BFCL", values: [0.5, 0.5] },
+      { family: "τ²-bench", values: [null, 0.2] },
+    ]);
+    expect(table.overall[0]).toBeCloseTo(0.5);
+    expect(table.overall[1]).toBeCloseTo(0.35);
+  });
+  it("is empty without public benchmarks", () => {
+    const table = scoreTable([series("generated_test", "score", [2], [0.1])]);
+    expect(table.steps).toEqual([]);
+    expect(table.columns).toEqual([]);
+    expect(percent(null)).toBe("–");
+    expect(percent(0.4567)).toBe("45.7%");
+  });
+});
+
+describe("task detail", () => {
+  it("shows a BFCL record's prompt, calls and expected calls", () => {
+    const detail = taskDetail(JSON.stringify({
+      messages: [{ role: "user", content: "Area of a circle of radius 2?" }],
+      result: [{ "math.area": { r: 3 } }],
+      expected: [{ "math.area": { r: [2, 2.0] } }],
+      reason: "value_error:others: wrong",
+    }));
+    expect(detail.messages).toEqual([{ role: "user", content: "Area of a circle of radius 2?" }]);
+    expect(JSON.parse(detail.output!)).toEqual([{ "math.area": { r: 3 } }]);
+    expect(JSON.parse(detail.expected!)).toEqual([{ "math.area": { r: [2, 2.0] } }]);
+    expect(taskDetail(JSON.stringify({ messages: [], result: "No tool fits.", expected: null })).expected).toBe("no call (irrelevance)");
+  });
+  it("shows a τ² conversation with how it ended and the reward's components", () => {
+    const detail = taskDetail(JSON.stringify({
+      messages: [{ role: "assistant", content: "Hi!" }, { role: "user", content: "###STOP###" }],
+      termination: { kind: "user_stop" },
+      report: { db: { matched: false }, actions: [{ name: "cancel_reservation", matched: false }], communicate: [{ info: "1628", met: true }] },
+      nl_assertions: [],
+      masked: null,
+    }));
+    expect(detail.output).toBeNull();
+    expect(detail.expected).toBeNull();
+    expect(detail.facts).toEqual([
+      ["ended", "user_stop"],
+      ["database", "differs from the gold actions' result"],
+      ["gold actions", "✗ cancel_reservation"],
+      ["told the user", "✓ 1628"],
+    ]);
+    expect(taskDetail("{not json").facts).toEqual([["record", "not JSON"]]);
+  });
+});

@@ -1,0 +1,139 @@
+// Pure: the public-benchmark score table of a run (one row per evaluated checkpoint; a column per
+// BFCL category and τ²-bench domain with its headline metric; the BFCL and τ² means and their
+// overall mean, as the paper's table has them), and the reading of a stored task record for the
+// drill-down (the prompt or conversation, the model's calls, what was expected).
+
+import type { EvalSeries } from "./bindings";
+
+/** A benchmark family of the table, with the metric that scores it. */
+export interface Family {
+  /** Column-group label. */
+  label: string;
+  /** Benchmark name prefix in the store, e.g. `bfcl_`. */
+  prefix: string;
+  /** The headline metric. */
+  metric: string;
+}
+
+export const FAMILIES: Family[] = [
+  { label: "BFCL", prefix: "bfcl_", metric: "accuracy" },
+  { label: "τ²-bench", prefix: "tau2_", metric: "pass^1" },
+];
+
+export interface ScoreColumn {
+  /** Stored benchmark name, e.g. `bfcl_simple_python`. */
+  benchmark: string;
+  /** Its name within the family, e.g. `simple_python`. */
+  label: string;
+  family: string;
+  /** One value per row of the table; null where it was not evaluated. */
+  values: (number | null)[];
+  /** Tasks behind each value. */
+  nTasks: (number | null)[];
+}
+
+export interface ScoreTable {
+  /** Checkpoint steps, ascending: the rows. */
+  steps: number[];
+  columns: ScoreColumn[];
+  /** Per family, the mean of its columns evaluated at each row. */
+  familyMeans: { family: string; values: (number | null)[] }[];
+  /** The mean of the family means present at each row. */
+  overall: (number | null)[];
+}
+
+function mean(values: (number | null)[]): number | null {
+  const present = values.filter((v): v is number => v !== null && Number.isFinite(v));
+  return present.length === 0 ? null : present.reduce((a, b) => a + b, 0) / present.length;
+}
+
+/** The table of a run's public-benchmark results (category `all`, each family's metric). */
+export function scoreTable(series: EvalSeries[]): ScoreTable {
+  const picked: { family: Family; s: EvalSeries }[] = [];
+  for (const s of series) {
+    if (s.category !== "all") continue;
+    const family = FAMILIES.find((f) => s.benchmark.startsWith(f.prefix) && s.metric === f.metric);
+    if (family) picked.push({ family, s });
+  }
+  const steps = [...new Set(picked.flatMap(({ s }) => s.steps))].sort((a, b) => a - b);
+  const columns: ScoreColumn[] = picked
+    .map(({ family, s }) => ({
+      benchmark: s.benchmark,
+      label: s.benchmark.slice(family.prefix.length),
+      family: family.label,
+      values: steps.map((step) => {
+        const at = s.steps.indexOf(step);
+        return at < 0 ? null : s.values[at];
+      }),
+      nTasks: steps.map((step) => {
+        const at = s.steps.indexOf(step);
+        return at < 0 ? null : s.n_tasks[at];
+      }),
+    }))
+    .sort((a, b) => FAMILIES.findIndex((f) => f.label === a.family) - FAMILIES.findIndex((f) => f.label === b.family) || a.label.localeCompare(b.label));
+  const familyMeans = FAMILIES.filter((f) => columns.some((c) => c.family === f.label)).map((f) => ({
+    family: f.label,
+    values: steps.map((_, row) => mean(columns.filter((c) => c.family === f.label).map((c) => c.values[row]))),
+  }));
+  const overall = steps.map((_, row) => mean(familyMeans.map((m) => m.values[row])));
+  return { steps, columns, familyMeans, overall };
+}
+
+/** A score as a percentage with one decimal, or a dash. */
+export function percent(value: number | null): string {
+  return value === null || !Number.isFinite(value) ? "–" : `${(100 * value).toFixed(1)}%`;
+}
+
+/** One message of a drill-down. */
+export interface ShownMessage {
+  role: string;
+  content: string;
+}
+
+/** What the drill-down shows of a stored task record. */
+export interface TaskDetail {
+  /** The prompt (BFCL) or the whole conversation (τ²). */
+  messages: ShownMessage[];
+  /** The model's decoded calls or final text (BFCL), as JSON text. */
+  output: string | null;
+  /** The acceptable calls (BFCL), as JSON text; null where none are stored. */
+  expected: string | null;
+  /** Facts about the grade: how a conversation ended, the reward's components. */
+  facts: [string, string][];
+}
+
+/** Reads a stored record (JSON text) of either benchmark; unknown shapes show their raw JSON. */
+export function taskDetail(recordJson: string): TaskDetail {
+  let record: Record<string, unknown>;
+  try {
+    record = JSON.parse(recordJson) as Record<string, unknown>;
+  } catch {
+    return { messages: [], output: recordJson, expected: null, facts: [["record", "not JSON"]] };
+  }
+  const messages = Array.isArray(record.messages)
+    ? (record.messages as Record<string, unknown>[]).map((m) => ({ role: String(m.role ?? "?"), content: String(m.content ?? "") }))
+    : [];
+  const facts: [string, string][] = [];
+  const termination = record.termination as { kind?: string; detail?: string } | undefined;
+  if (termination?.kind) facts.push(["ended", termination.detail ? `${termination.kind}: ${termination.detail}` : termination.kind]);
+  const report = record.report as Record<string, unknown> | undefined;
+  if (report) {
+    const db = report.db as { matched?: boolean } | null | undefined;
+    if (db) facts.push(["database", db.matched ? "matches the gold actions' result" : "differs from the gold actions' result"]);
+    const actions = (report.actions as { name: string; matched: boolean }[] | undefined) ?? [];
+    if (actions.length > 0) facts.push(["gold actions", actions.map((a) => `${a.matched ? "✓" : "✗"} ${a.name}`).join(", ")]);
+    const told = (report.communicate as { info: string; met: boolean }[] | undefined) ?? [];
+    if (told.length > 0) facts.push(["told the user", told.map((c) => `${c.met ? "✓" : "✗"} ${c.info}`).join(", ")]);
+  }
+  const nl = (record.nl_assertions as { assertion: string; met: boolean }[] | undefined) ?? [];
+  for (const v of nl) facts.push(["NL assertion", `${v.met ? "✓" : "✗"} ${v.assertion}`]);
+  if (typeof record.masked === "string") facts.push(["masked", record.masked]);
+  const json = (v: unknown) => JSON.stringify(v, null, 2);
+  const isBfcl = "result" in record;
+  return {
+    messages,
+    output: isBfcl ? (typeof record.result === "string" ? (record.result as string) : json(record.result)) : null,
+    expected: isBfcl && record.expected !== undefined && record.expected !== null ? json(record.expected) : isBfcl ? "no call (irrelevance)" : null,
+    facts,
+  };
+}

@@ -28,10 +28,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Eval(args) => match args.command {
             Some(command) => crate::eval_command::score(command),
             None => {
-                let store = match (&args.run, cli.store) {
-                    (None, _) => None,
-                    (Some(_), Some(path)) => Some(path),
-                    (Some(_), None) => Some(store::default_path()?),
+                let wants_store = args.run.is_some() || args.record_as.is_some();
+                let store = match (wants_store, cli.store) {
+                    (false, _) => None,
+                    (true, Some(path)) => Some(path),
+                    (true, None) => Some(store::default_path()?),
                 };
                 crate::eval_command::evaluate(&args, store.as_deref())
             }

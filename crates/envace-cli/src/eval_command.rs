@@ -83,6 +83,39 @@ fn tau2_dir(data: &Path, kind: DomainKind) -> std::path::PathBuf {
     root.join(kind.as_str())
 }
 
+/// The first line of an evaluation run's config text: what marks a run as one `--record-as`
+/// may reuse. The text is not an experiment config (its `[evaluation]` table is unknown to one),
+/// so the studio lists such a run in an arm of its own.
+const EVALUATION_RUN_MARK: &str =
+    "# An evaluation run recorded by `envace eval --record-as`: a model evaluated, no training.";
+
+/// The newest evaluation run named `name` for the same model, or a new one (finished, step 0).
+fn evaluation_run(store: &Store, name: &str, evaluated: &str) -> Result<envace::store::RunId> {
+    let text = format!("{EVALUATION_RUN_MARK}\n[evaluation]\n{evaluated}\n");
+    let view = store.view();
+    let newest = view
+        .runs()?
+        .into_iter()
+        .filter(|run| run.name == name)
+        .map(|run| run.id)
+        .max_by_key(|id| id.0);
+    if let Some(id) = newest {
+        let record = view.find_run(&id.0.to_string())?;
+        if record.config_toml == text {
+            return Ok(id);
+        }
+        if !record.config_toml.starts_with(EVALUATION_RUN_MARK) {
+            bail!(
+                "--record-as {name:?}: run {} has that name and is a training run; pick another name",
+                id.0
+            );
+        }
+    }
+    let run = store.create_run(name, &text)?;
+    store.set_run_status(run, envace::store::RunStatus::Finished)?;
+    Ok(run)
+}
+
 /// A client for a chat-completions endpoint.
 fn client(url: &str, model: &str) -> Result<ChatClient> {
     Ok(ChatClient::new(&EndpointConfig {
@@ -236,6 +269,25 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         served = Some(server);
         (url, name)
     };
+    if let Some(name) = &args.record_as {
+        let store_path = store_path.context("--record-as needs a store")?;
+        let store = Store::open(store_path)?;
+        let evaluated = match (&args.model, &args.endpoint) {
+            (Some(path), _) => format!("model = {:?}", path.display().to_string()),
+            (None, Some(url)) => format!(
+                "endpoint = {url:?}\nendpoint_model = {:?}",
+                args.endpoint_model
+            ),
+            (None, None) => bail!("--record-as records --model or --endpoint"),
+        };
+        let run = evaluation_run(&store, name, &evaluated)?;
+        eprintln!(
+            "recording the scores as run {} ({name}) in {}",
+            run.0,
+            store.path().display()
+        );
+        run_at = Some((store, run, 0));
+    }
     let agent_client = client(&url, &model_name)?;
     let endpoint_or_self = |given: &str, model: &str| -> Result<ChatClient> {
         if given == "self" {

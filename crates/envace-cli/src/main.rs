@@ -221,6 +221,11 @@ struct EvalArgs {
     /// Overwrite --out if it exists.
     #[arg(long)]
     force: bool,
+    /// Store the scores and task records of --model or --endpoint in --store as an evaluation
+    /// run named NAME (no training; its step is 0), created the first time and reused after,
+    /// so the studio's Benchmarks tab shows them beside trained runs.
+    #[arg(long, value_name = "NAME", conflicts_with = "run")]
+    record_as: Option<String>,
     /// Most tokens of a reply.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,

@@ -112,8 +112,13 @@ fn eval_runs_bfcl_tasks_on_a_model_and_writes_every_tasks_record() {
     let dir = tempfile::tempdir().unwrap();
     let records = dir.path().join("records.jsonl");
     let data = data();
+    let store = dir.path().join("runs.sqlite");
     let out = run(&[
+        "--store",
+        store.to_str().unwrap(),
         "eval",
+        "--record-as",
+        "smollm2",
         "--model",
         gguf.to_str().unwrap(),
         "--bench",
@@ -150,6 +155,42 @@ fn eval_runs_bfcl_tasks_on_a_model_and_writes_every_tasks_record() {
             "{line}"
         );
     }
+    // The scores and records are stored as an evaluation run at step 0, which the studio lists.
+    let tasks_of = |benchmark: &str| {
+        let store = envace::store::Store::open(&store).unwrap();
+        let view = store.view();
+        let runs = view.runs().unwrap();
+        assert_eq!(runs.len(), 1, "one evaluation run");
+        assert_eq!(runs[0].name, "smollm2");
+        assert_eq!(runs[0].status.as_str(), "finished");
+        let evals = view.eval_results(runs[0].id).unwrap();
+        assert!(evals.iter().all(|e| e.step == 0), "{evals:?}");
+        view.eval_tasks(runs[0].id, Some(benchmark)).unwrap().len()
+    };
+    assert_eq!(tasks_of("bfcl_simple_python"), 3);
+    assert_eq!(tasks_of("bfcl_irrelevance"), 3);
+    // Recording again under that name reuses the run and replaces only what was evaluated.
+    let again = run(&[
+        "--store",
+        store.to_str().unwrap(),
+        "eval",
+        "--record-as",
+        "smollm2",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--bench",
+        "bfcl:simple_python",
+        "--data",
+        data.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--max-tokens",
+        "32",
+    ]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(tasks_of("bfcl_simple_python"), 1);
+    assert_eq!(tasks_of("bfcl_irrelevance"), 3);
+
     // The file is never overwritten without --force.
     let again = run(&[
         "eval",

@@ -228,6 +228,7 @@ impl Gguf {
                 device: device.clone(),
                 vocab_size: self.transformer_config()?.vocab_size,
                 cached: Vec::new(),
+                canonical: 0,
             });
         }
         self.load_quantized_candle(device)
@@ -253,6 +254,7 @@ impl Gguf {
             device: device.clone(),
             vocab_size: cfg.vocab_size,
             cached: Vec::new(),
+            canonical: 0,
         })
     }
 
@@ -475,7 +477,16 @@ pub struct QuantizedLlama {
     /// The tokens whose keys and values the cache holds, in order (native backend only): a
     /// prompt that starts with them runs only its new tokens.
     cached: Vec<u32>,
+    /// How many leading cached positions a prompt pass computed in whole aligned chunks (see
+    /// [`PROMPT_CHUNK`]): only those are reused, so a reply never depends on what ran before.
+    canonical: usize,
 }
+
+/// Prompt positions per pass of the native backend's prompt, aligned to multiples of it. A
+/// position's keys and values then come out bit for bit the same whether its chunk ran as part
+/// of a longer prompt or after a cached prefix (a pass of a different length would sum in a
+/// different order), so a seeded request repeats exactly whatever the cache held.
+pub const PROMPT_CHUNK: usize = 256;
 
 /// Who runs a [`QuantizedLlama`].
 enum Backend {
@@ -505,10 +516,12 @@ impl QuantizedLlama {
                 Ok(logits) => {
                     self.cached.truncate(past);
                     self.cached.extend_from_slice(tokens);
+                    self.canonical = self.canonical.min(past);
                     Ok(logits)
                 }
                 Err(message) => {
                     self.cached.clear();
+                    self.canonical = 0;
                     Err(Error::Data {
                         source_name: context.to_owned(),
                         message,
@@ -577,16 +590,34 @@ impl QuantizedLlama {
             let mut rng = sampling.row_rng(row);
             let mut out = Generated::default();
             // A prompt that continues what the cache holds (the next turn of a conversation,
-            // another request with the same system prompt) runs only its new tokens; at least
-            // the last one runs, for its logits.
-            let reuse = self
+            // another request with the same system prompt) runs only its tokens after the
+            // shared prefix, from the last whole chunk boundary within it; the prompt always
+            // runs in chunks aligned to multiples of PROMPT_CHUNK, cold or warm alike.
+            let native = matches!(self.backend, Backend::Native(_));
+            let shared = self
                 .cached
                 .iter()
                 .zip(prompt)
                 .take_while(|(a, b)| a == b)
                 .count()
+                .min(self.canonical)
                 .min(prompt.len() - 1);
-            let mut logits = self.forward(&prompt[reuse..], reuse)?;
+            let mut start = if native {
+                shared / PROMPT_CHUNK * PROMPT_CHUNK
+            } else {
+                0
+            };
+            let mut logits = Vec::new();
+            while start < prompt.len() {
+                let end = if native {
+                    ((start / PROMPT_CHUNK + 1) * PROMPT_CHUNK).min(prompt.len())
+                } else {
+                    prompt.len()
+                };
+                logits = self.forward(&prompt[start..end], start)?;
+                start = end;
+            }
+            self.canonical = prompt.len() / PROMPT_CHUNK * PROMPT_CHUNK;
             let mut past = prompt.len();
             loop {
                 let (token, logprob) = sampling.pick(&logits, &mut rng);

@@ -21,6 +21,7 @@
 //! before`), so a left-padded row gives the same logits as the same row alone.
 
 mod assets;
+pub mod checkpoint;
 pub(crate) mod cpu;
 mod decode;
 mod decoder;
@@ -36,7 +37,7 @@ pub use assets::{
     CACHE_DIR_ENV, QWEN3_TOKENIZER_DIR, SMOLLM2_GGUF, cache_dir, cached_file, qwen3_tokenizer_dir,
     smollm2_gguf,
 };
-pub use gguf::{Gguf, QuantizedLlama, argmax, hf_name, unpermute_rope_rows};
+pub use gguf::{Gguf, PROMPT_CHUNK, QuantizedLlama, argmax, hf_name, unpermute_rope_rows};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

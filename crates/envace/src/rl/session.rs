@@ -647,29 +647,9 @@ fn load_checkpoint(
         source_name: state_path.display().to_string(),
         message: format!("is not a checkpoint state: {e}"),
     })?;
-    let (policy, tokenizer, template) = checkpoint_model(dir, config, device, dtype)?;
+    let (policy, tokenizer, template) = model::checkpoint::load(dir, config, device, dtype)?;
     let codec = TokenCodec::new(tokenizer, template, &[STOP_TOKEN])?;
     Ok((policy, codec, state))
-}
-
-/// A checkpoint folder's policy and tokenizer, with the chat template of the config's model
-/// source: what the run's rollouts rendered prompts with.
-pub fn checkpoint_model(
-    dir: &Path,
-    config: &ExperimentConfig,
-    device: &Device,
-    dtype: candle_core::DType,
-) -> Result<(Policy, tokenizers::Tokenizer, ChatTemplate)> {
-    let policy = Policy::load(&dir.join("model"), device, dtype)?;
-    let tokenizer = tokenize::load(&dir.join(tokenize::TOKENIZER_FILE))?;
-    let template = match config.model.source {
-        ModelSource::Tiny => ChatTemplate::chatml()?,
-        ModelSource::Hf => {
-            ChatTemplate::from_tokenizer_config(&model_path(config)?.join("tokenizer_config.json"))?
-        }
-        ModelSource::Gguf => ChatTemplate::from_gguf(&Gguf::open(&model_path(config)?)?)?,
-    };
-    Ok((policy, tokenizer, template))
 }
 
 /// The checkpoint folder `[init]` names: the run (id, or the newest other run with that name)

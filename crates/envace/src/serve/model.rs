@@ -242,7 +242,7 @@ impl LoadedModel {
                 &format!("the config of run {}", record.id),
             )?;
             let (policy, tokenizer, template) =
-                crate::rl::session::checkpoint_model(&path, &config, &Device::Cpu, DType::F32)?;
+                crate::model::checkpoint::load(&path, &config, &Device::Cpu, DType::F32)?;
             let model_config = policy.config().clone();
             let knows_tools = template.mentions_tools();
             return Ok(Self::assemble(

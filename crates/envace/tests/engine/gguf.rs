@@ -239,28 +239,60 @@ fn native_quantized_llama_matches_candles() {
 }
 
 /// A prompt that continues what the cache holds (the next turn of a conversation) runs only its
-/// new tokens, and decodes what a fresh model decodes from the whole prompt; so does a prompt
-/// that leaves the cached one part-way, and one that is a prefix of it.
+/// tokens after the shared whole chunks, and its reply is bit for bit what a fresh model gives
+/// the whole prompt (same tokens and log-probabilities under seeded sampling); so is a prompt
+/// that leaves the cached one part-way, one cut short of it, and the same prompt again.
 #[test]
 fn a_prompt_continuing_the_cache_decodes_as_a_fresh_model_does() {
     let gguf = Gguf::open(&require(model::smollm2_gguf())).unwrap();
-    let prompt = smollm2_prompt(&gguf);
+    let template = ChatTemplate::from_gguf(&gguf).unwrap();
+    let tokenizer = gguf.tokenizer().unwrap();
+    let question = "Which city is the capital of France, and why did it become the capital? ";
+    let text = template
+        .render(
+            &[json!({"role": "user", "content": question.repeat(40)})],
+            &[],
+            true,
+        )
+        .unwrap();
+    let prompt = tokenize::encode(&tokenizer, &text).unwrap();
+    assert!(
+        prompt.len() > 2 * model::PROMPT_CHUNK + 10,
+        "{} tokens: the prompt must span several chunks",
+        prompt.len()
+    );
+    let sampling = envace::model::Sampling {
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: 11,
+    };
     let mut warm = gguf.load_quantized(&Device::Cpu).unwrap();
-    let first = warm.generate_greedy(&prompt, 12, &[]).unwrap();
+    let first = warm.generate(&prompt, 12, &[], &sampling, 0).unwrap();
     let mut next_turn = prompt.clone();
-    next_turn.extend(&first);
-    next_turn.extend(&prompt[1..]);
-    let mut branch = prompt[..prompt.len() / 2].to_vec();
-    branch.extend(&first);
+    next_turn.extend(&first.tokens);
+    next_turn.extend(&prompt[1..40]);
+    let mut branch = prompt[..model::PROMPT_CHUNK + 30].to_vec();
+    branch.extend(&first.tokens);
     for (name, later) in [
         ("the next turn", next_turn),
         ("a branch", branch),
         ("a prefix", prompt[..prompt.len() - 3].to_vec()),
         ("the same prompt", prompt.clone()),
     ] {
-        let reused = warm.generate_greedy(&later, 12, &[]).unwrap();
+        let reused = warm.generate(&later, 12, &[], &sampling, 0).unwrap();
         let mut cold = gguf.load_quantized(&Device::Cpu).unwrap();
-        let fresh = cold.generate_greedy(&later, 12, &[]).unwrap();
-        assert_eq!(reused, fresh, "{name}");
+        let fresh = cold.generate(&later, 12, &[], &sampling, 0).unwrap();
+        assert_eq!(reused.tokens, fresh.tokens, "{name}");
+        let same_bits = reused
+            .logprobs
+            .iter()
+            .zip(&fresh.logprobs)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(
+            same_bits,
+            "{name}: {:?} vs {:?}",
+            reused.logprobs, fresh.logprobs
+        );
     }
 }

@@ -172,6 +172,15 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             out.display()
         );
     }
+    if args.prompting
+        && let Some(Bench::Bfcl(category)) = benches
+            .iter()
+            .find(|b| matches!(b, Bench::Bfcl(c) if bfcl::language(c) != bfcl::Language::Python))
+    {
+        bail!(
+            "--prompting reads calls written as Python; bfcl:{category} expects Java or JavaScript arguments, so run it without --prompting"
+        );
+    }
     let has_tau2 = benches.iter().any(|b| matches!(b, Bench::Tau2(_)));
     if has_tau2 {
         if args.user_endpoint.is_none() {
@@ -304,6 +313,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         } else {
             NameStyle::AsDocumented
         },
+        prompting: args.prompting,
     };
 
     let now = || {

@@ -232,6 +232,11 @@ struct EvalArgs {
     /// Send function names with dots written as underscores (for endpoints that forbid dots).
     #[arg(long)]
     underscore_names: bool,
+    /// BFCL's prompt mode: the functions described in the system prompt and the calls read
+    /// from the reply as a Python list, for models without tool-call training (Python
+    /// categories only).
+    #[arg(long)]
+    prompting: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -406,6 +406,27 @@ fn tau2_conversations_run_with_serve_model_as_the_user_simulator() {
 }
 
 #[test]
+fn prompt_mode_refuses_the_java_and_javascript_categories_before_loading_anything() {
+    let data = data();
+    let out = run(&[
+        "eval",
+        "--model",
+        "/nonexistent.gguf",
+        "--bench",
+        "bfcl:simple_python,bfcl:simple_java",
+        "--prompting",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("bfcl:simple_java expects Java or JavaScript arguments"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn tau2_options_are_checked_before_any_model_is_loaded() {
     let data = data();
     for (args, says) in [

@@ -6,6 +6,7 @@
 
 pub mod checker;
 pub mod literals;
+pub mod pycall;
 pub mod pyvalue;
 pub mod run;
 
@@ -504,6 +505,49 @@ mod tests {
                 failed.join("\n")
             );
             assert_eq!(scored.accuracy, 1.0);
+        }
+    }
+
+    /// Prompt mode's decoder on real data: each Python category's ground truth written as a
+    /// Python list of calls (values by Python's `repr`), read back by `pycall`, scores 100%.
+    #[test]
+    fn ground_truth_written_as_python_reads_back_and_scores_every_task() {
+        let Some(dir) = shared_bfcl() else {
+            panic!("the BFCL data is missing: ../shared/benchmarks/bfcl beside the checkout");
+        };
+        for category in ["simple_python", "multiple", "parallel", "parallel_multiple"] {
+            let entries = load(&dir, category).unwrap();
+            let mut outputs = BTreeMap::new();
+            for entry in &entries {
+                let gold = gold_output(entry, category).unwrap();
+                let calls: Vec<String> = gold
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|call| {
+                        let (name, args) = call.as_object().unwrap().iter().next().unwrap();
+                        let args: Vec<String> = args
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", pyvalue::py_repr(v)))
+                            .collect();
+                        format!("{name}({})", args.join(", "))
+                    })
+                    .collect();
+                let text = format!("[{}]", calls.join(", "));
+                let read = pycall::parse_calls(&text)
+                    .unwrap_or_else(|e| panic!("{category} {}: {e}\n{text}", entry.id));
+                outputs.insert(entry.id.clone(), read);
+            }
+            let scored = score(&entries, category, &outputs, NameStyle::AsDocumented).unwrap();
+            let failed: Vec<String> = scored
+                .verdicts
+                .iter()
+                .filter(|v| !v.valid)
+                .map(|v| format!("{} {}", v.id, v.reason))
+                .collect();
+            assert!(failed.is_empty(), "{category}:\n{}", failed.join("\n"));
         }
     }
 

@@ -1,6 +1,7 @@
 //! Running BFCL tasks on a model behind a chat-completions endpoint (ours, started in-process by
-//! the CLI, or any other): each task's first turn is sent with its functions as tools, greedy,
-//! the reply's tool calls are decoded into BFCL's form and scored, and every task is recorded
+//! the CLI, or any other): each task's first turn is sent with its functions as tools (or, in
+//! prompt mode, described in the system prompt, with the calls read from the reply as Python),
+//! greedy, the reply's calls are decoded into BFCL's form and scored, and every task is recorded
 //! with its prompt, calls, verdict and reason.
 
 use std::sync::Mutex;
@@ -22,6 +23,10 @@ pub struct RunOptions {
     pub concurrency: usize,
     /// Function names with dots written as underscores, for endpoints that forbid dots.
     pub names: NameStyle,
+    /// BFCL's prompt mode: the functions described in the system prompt and the calls written
+    /// as a Python list in the reply, for models without tool-call training (Python
+    /// categories only).
+    pub prompting: bool,
 }
 
 impl Default for RunOptions {
@@ -30,8 +35,21 @@ impl Default for RunOptions {
             max_tokens: 256,
             concurrency: 8,
             names: NameStyle::AsDocumented,
+            prompting: false,
         }
     }
+}
+
+/// The system prompt of prompt mode, before the functions' JSON.
+pub const PROMPTING_INSTRUCTION: &str = "You answer by calling functions. Reply with the calls \
+only, written as one Python list: [function_name(parameter=value, ...), ...], with keyword \
+arguments and Python literals as values, and nothing before or after the list. If no function \
+fits the request, say so in words instead. The functions you can call, as JSON:";
+
+/// Prompt mode's system message for a task's functions.
+pub fn prompting_system(entry: &Entry) -> String {
+    let docs = serde_json::to_string_pretty(&entry.functions).unwrap_or_default();
+    format!("{PROMPTING_INSTRUCTION}\n{docs}")
 }
 
 /// One task as it ran.
@@ -246,8 +264,15 @@ fn run_task(
     category: &str,
     options: &RunOptions,
 ) -> TaskRecord {
-    let mut request = ChatRequest::new(messages(entry));
-    request.tools = tools(entry, category, options.names);
+    let mut request = if options.prompting {
+        let mut sent = vec![ChatMsg::system(prompting_system(entry))];
+        sent.extend(messages(entry));
+        ChatRequest::new(sent)
+    } else {
+        let mut request = ChatRequest::new(messages(entry));
+        request.tools = tools(entry, category, options.names);
+        request
+    };
     request.temperature = Some(0.0);
     request.max_tokens = Some(options.max_tokens);
     let sent = Value::Array(request.messages.iter().map(ChatMsg::to_json).collect());
@@ -256,7 +281,12 @@ fn run_task(
     let secs = started.elapsed().as_secs_f64();
     let (content, result, tokens, failure) = match reply {
         Ok(reply) => {
-            let result = decoded(&reply.content, &reply.tool_calls);
+            let result = if options.prompting && reply.tool_calls.is_empty() {
+                super::pycall::parse_calls(&reply.content)
+                    .unwrap_or_else(|_| Value::String(reply.content.clone()))
+            } else {
+                decoded(&reply.content, &reply.tool_calls)
+            };
             (reply.content, result, reply.completion_tokens, None)
         }
         Err(failure) => (String::new(), Value::Null, 0, Some(failure)),

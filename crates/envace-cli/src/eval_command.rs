@@ -150,6 +150,26 @@ fn record_line(benchmark: &str, record: serde_json::Value) -> Result<String> {
     Ok(serde_json::to_string(&value)?)
 }
 
+/// A task's row for the store (its step is set when stored), holding the whole record.
+fn task_row(
+    benchmark: &str,
+    task_id: &str,
+    trial: usize,
+    score: Option<f64>,
+    reason: &str,
+    data: serde_json::Value,
+) -> EvalTaskRow {
+    EvalTaskRow {
+        step: 0,
+        benchmark: benchmark.to_owned(),
+        task_id: task_id.to_owned(),
+        trial: trial as u64,
+        score,
+        reason: reason.to_owned(),
+        data,
+    }
+}
+
 /// Counts of the first word group of each reason (`kind: detail` → `kind`).
 fn reason_counts<'a>(reasons: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::<String, usize>::new();
@@ -337,17 +357,17 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         for record in &records {
-            let value = serde_json::to_value(record)?;
-            task_rows.push(EvalTaskRow {
-                step: 0,
-                benchmark: format!("bfcl_{category}"),
-                task_id: record.id.clone(),
-                trial: 0,
-                score: Some(if record.valid { 1.0 } else { 0.0 }),
-                reason: record.reason.clone(),
-                data: value.clone(),
-            });
-            lines.push(record_line("bfcl", value)?);
+            let score = if record.valid { 1.0 } else { 0.0 };
+            let row = task_row(
+                &format!("bfcl_{category}"),
+                &record.id,
+                0,
+                Some(score),
+                &record.reason,
+                serde_json::to_value(record)?,
+            );
+            lines.push(record_line("bfcl", row.data.clone())?);
+            task_rows.push(row);
         }
         let tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
         out!(
@@ -415,20 +435,21 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             bar.finish_and_clear();
             let secs = started.elapsed().as_secs_f64();
             for record in &records {
-                let value = serde_json::to_value(record)?;
-                task_rows.push(EvalTaskRow {
-                    step: 0,
-                    benchmark: format!("tau2_{name}"),
-                    task_id: record.task_id.clone(),
-                    trial: record.trial as u64,
-                    score: record.reward,
-                    reason: match &record.masked {
-                        Some(why) => format!("masked: {why}"),
-                        None => record.reason.clone(),
-                    },
-                    data: value.clone(),
-                });
-                lines.push(record_line("tau2", value)?);
+                let reason = match &record.masked {
+                    Some(why) => format!("masked: {why}"),
+                    None => record.reason.clone(),
+                };
+                let benchmark = format!("tau2_{name}");
+                let row = task_row(
+                    &benchmark,
+                    &record.task_id,
+                    record.trial,
+                    record.reward,
+                    &reason,
+                    serde_json::to_value(record)?,
+                );
+                lines.push(record_line("tau2", row.data.clone())?);
+                task_rows.push(row);
             }
             let pass1 = score.pass_hat_k.get(&1).copied().unwrap_or(f64::NAN);
             out!(

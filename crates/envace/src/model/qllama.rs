@@ -164,7 +164,11 @@ impl QLlama {
                 &qkv,
                 k_cache,
                 v_cache,
-                (self.n_heads, self.n_kv_heads, d),
+                Heads {
+                    n_heads: self.n_heads,
+                    n_kv_heads: self.n_kv_heads,
+                    head_dim: d,
+                },
                 past,
                 &mut attn,
             );
@@ -224,6 +228,38 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// The attention heads' layout: query heads, key-value heads and their width. A packed row of
+/// the `qkv` buffer holds the queries, then the keys, then the values.
+#[derive(Debug, Clone, Copy)]
+struct Heads {
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Heads {
+    fn q_width(self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    fn kv_width(self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    fn row_width(self) -> usize {
+        self.q_width() + 2 * self.kv_width()
+    }
+
+    /// The key-value head a query head reads.
+    fn kv_head(self, head: usize) -> usize {
+        head / (self.n_heads / self.n_kv_heads.max(1)).max(1)
+    }
+
+    fn scale(self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+}
+
 /// Key-value positions times query heads below which one query's heads run on one thread.
 const PARALLEL_HEADS_WORK: usize = 16_384;
 
@@ -235,19 +271,19 @@ fn attention(
     qkv: &[f32],
     keys: &[f32],
     values: &[f32],
-    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    heads: Heads,
     past: usize,
     out: &mut [f32],
 ) {
     use rayon::prelude::*;
-    let q_width = n_heads * head_dim;
-    let kv_width = n_kv_heads * head_dim;
-    let row_width = q_width + 2 * kv_width;
-    let group = (n_heads / n_kv_heads.max(1)).max(1);
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let Heads {
+        n_heads, head_dim, ..
+    } = heads;
+    let (q_width, kv_width, row_width) = (heads.q_width(), heads.kv_width(), heads.row_width());
+    let scale = heads.scale();
     // One head of one query: `q` over the first `n_keys` positions, into `o`.
     let head_out = |q: &[f32], head: usize, n_keys: usize, o: &mut [f32], scores: &mut Vec<f32>| {
-        let kv_head = head / group;
+        let kv_head = heads.kv_head(head);
         scores.clear();
         let mut max = f32::NEG_INFINITY;
         for t in 0..n_keys {
@@ -270,14 +306,7 @@ fn attention(
         o.iter_mut().for_each(|o| *o *= inv);
     };
     if qkv.len() > row_width {
-        prompt_attention(
-            qkv,
-            keys,
-            values,
-            (n_heads, n_kv_heads, head_dim),
-            past,
-            out,
-        );
+        prompt_attention(qkv, keys, values, heads, past, out);
         return;
     }
     let rows = qkv
@@ -314,18 +343,18 @@ fn prompt_attention(
     qkv: &[f32],
     keys: &[f32],
     values: &[f32],
-    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    heads: Heads,
     past: usize,
     out: &mut [f32],
 ) {
     use super::cpu::strided::{View, product};
     use rayon::prelude::*;
-    let q_width = n_heads * head_dim;
-    let kv_width = n_kv_heads * head_dim;
-    let row_width = q_width + 2 * kv_width;
+    let Heads {
+        n_heads, head_dim, ..
+    } = heads;
+    let (q_width, kv_width, row_width) = (heads.q_width(), heads.kv_width(), heads.row_width());
     let l = qkv.len() / row_width;
-    let group = (n_heads / n_kv_heads.max(1)).max(1);
-    let scale = 1.0 / (head_dim as f32).sqrt();
+    let scale = heads.scale();
     let blocks: Vec<(usize, usize)> = (0..n_heads)
         .flat_map(|head| (0..l).step_by(QUERY_BLOCK).map(move |start| (head, start)))
         .collect();
@@ -334,7 +363,7 @@ fn prompt_attention(
         .map_init(Vec::new, |scores: &mut Vec<f32>, &(head, start)| {
             let rows = QUERY_BLOCK.min(l - start);
             let n_keys = past + start + rows;
-            let kv_head = head / group;
+            let kv_head = heads.kv_head(head);
             scores.clear();
             scores.resize(rows * n_keys, 0.0);
             let queries = View {
@@ -403,6 +432,11 @@ mod tests {
     #[test]
     fn prompt_attention_matches_one_query_at_a_time() {
         let (n_heads, n_kv_heads, head_dim) = (6, 2, 20);
+        let heads = Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        };
         let (q_width, kv_width) = (n_heads * head_dim, n_kv_heads * head_dim);
         let row_width = q_width + 2 * kv_width;
         for (past, l) in [(0, 3), (0, QUERY_BLOCK + 5), (17, 2 * QUERY_BLOCK + 1)] {
@@ -418,21 +452,14 @@ mod tests {
             let values: Vec<f32> = (0..total * kv_width).map(|_| next()).collect();
             let qkv: Vec<f32> = (0..l * row_width).map(|_| next() * 4.0).collect();
             let mut blocked = vec![0f32; l * q_width];
-            attention(
-                &qkv,
-                &keys,
-                &values,
-                (n_heads, n_kv_heads, head_dim),
-                past,
-                &mut blocked,
-            );
+            attention(&qkv, &keys, &values, heads, past, &mut blocked);
             for i in 0..l {
                 let mut one = vec![0f32; q_width];
                 attention(
                     &qkv[i * row_width..(i + 1) * row_width],
                     &keys[..(past + i + 1) * kv_width],
                     &values[..(past + i + 1) * kv_width],
-                    (n_heads, n_kv_heads, head_dim),
+                    heads,
                     past + i,
                     &mut one,
                 );

@@ -238,52 +238,46 @@ impl Store {
         if batch.is_empty() {
             return Ok(());
         }
-        let err = self.err();
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&err)?;
-        rows::insert_batch(&tx, batch).map_err(&err)?;
-        tx.execute(
-            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
-            params![batch.run.0, now_secs()],
-        )
-        .map_err(&err)?;
-        crate::crash::point("store.batch");
-        tx.commit().map_err(&err)
+        self.write_batch(batch, false)
     }
 
     /// Writes a benchmark evaluation in one transaction: every `(step, benchmark)` the batch
     /// holds scores or task records for first loses the scores and task records stored for it
     /// before, so evaluating a checkpoint again replaces its result instead of doubling it.
     pub fn write_evaluation(&mut self, batch: &Batch) -> Result<()> {
+        self.write_batch(batch, true)
+    }
+
+    fn write_batch(&mut self, batch: &Batch, replace_evaluations: bool) -> Result<()> {
         let err = self.err();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(&err)?;
-        let mut replaced: Vec<(u64, &str)> = batch
-            .evals
-            .iter()
-            .map(|e| (e.step, e.benchmark.as_str()))
-            .chain(
-                batch
-                    .eval_tasks
-                    .iter()
-                    .map(|t| (t.step, t.benchmark.as_str())),
-            )
-            .collect();
-        replaced.sort_unstable();
-        replaced.dedup();
-        for (step, benchmark) in replaced {
-            for table in ["eval_results", "eval_tasks"] {
-                tx.execute(
-                    &format!(
-                        "DELETE FROM {table} WHERE run_id = ?1 AND step = ?2 AND benchmark = ?3"
-                    ),
-                    params![batch.run.0, step as i64, benchmark],
+        if replace_evaluations {
+            let mut replaced: Vec<(u64, &str)> = batch
+                .evals
+                .iter()
+                .map(|e| (e.step, e.benchmark.as_str()))
+                .chain(
+                    batch
+                        .eval_tasks
+                        .iter()
+                        .map(|t| (t.step, t.benchmark.as_str())),
                 )
-                .map_err(&err)?;
+                .collect();
+            replaced.sort_unstable();
+            replaced.dedup();
+            for (step, benchmark) in replaced {
+                for table in ["eval_results", "eval_tasks"] {
+                    tx.execute(
+                        &format!(
+                            "DELETE FROM {table} WHERE run_id = ?1 AND step = ?2 AND benchmark = ?3"
+                        ),
+                        params![batch.run.0, step as i64, benchmark],
+                    )
+                    .map_err(&err)?;
+                }
             }
         }
         rows::insert_batch(&tx, batch).map_err(&err)?;
@@ -292,6 +286,7 @@ impl Store {
             params![batch.run.0, now_secs()],
         )
         .map_err(&err)?;
+        crate::crash::point("store.batch");
         tx.commit().map_err(&err)
     }
 

@@ -1,5 +1,5 @@
-//! `envace eval --model PATH | --run RUN | --endpoint URL --bench bfcl:CATEGORY,tau2:DOMAIN,…`:
-//! public benchmarks on a model file, a run's latest checkpoint (scores stored with the run) or
+//! `envace eval --model PATH | --run RUN[@STEP] | --endpoint URL --bench bfcl:CATEGORY,tau2:DOMAIN,…`:
+//! public benchmarks on a model file, a run's checkpoint (scores stored with the run) or
 //! any OpenAI-compatible endpoint (τ²-bench with a user simulator behind another), with a
 //! progress bar per category and every task's record; and
 //! `envace eval score bfcl`, another system's decoded calls through the same checker.
@@ -114,6 +114,18 @@ fn evaluation_run(store: &Store, name: &str, evaluated: &str) -> Result<envace::
     let run = store.create_run(name, &text)?;
     store.set_run_status(run, envace::store::RunStatus::Finished)?;
     Ok(run)
+}
+
+/// `RUN@STEP` as the run and the checkpoint step; a plain `RUN` (or one whose text after the
+/// last `@` is not a step) is the run at its latest checkpoint.
+fn run_and_step(spec: &str) -> (&str, Option<u64>) {
+    match spec.rsplit_once('@') {
+        Some((run, step)) if !run.is_empty() => match step.parse::<u64>() {
+            Ok(step) => (run, Some(step)),
+            Err(_) => (spec, None),
+        },
+        _ => (spec, None),
+    }
 }
 
 /// A client for a chat-completions endpoint.
@@ -275,12 +287,14 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         let started = Instant::now();
         let model = match (&args.model, &args.run) {
             (Some(path), _) => LoadedModel::from_path(path)?,
-            (None, Some(run)) => {
+            (None, Some(spec)) => {
+                let (run, at) = run_and_step(spec);
                 let store_path = store_path.context("a run needs a store")?;
                 let store = Store::open(store_path)?;
                 let record = store.view().find_run(run)?;
-                let step = store.view().checkpoints(record.id)?.last().map(|c| c.step);
-                let model = LoadedModel::from_run(&store, run)?;
+                let checkpoints = store.view().checkpoints(record.id)?;
+                let step = at.or_else(|| checkpoints.last().map(|c| c.step));
+                let model = LoadedModel::from_run_at(&store, run, at)?;
                 run_at = Some((store, record.id, step.unwrap_or(0)));
                 model
             }

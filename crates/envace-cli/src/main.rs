@@ -161,9 +161,9 @@ struct EvalArgs {
     /// Evaluate this model: a .gguf file or a Hugging Face model folder (served in-process).
     #[arg(long, value_name = "PATH", required_unless_present_any = ["run", "endpoint"], conflicts_with_all = ["run", "endpoint"])]
     model: Option<PathBuf>,
-    /// Evaluate this run's latest checkpoint (id or name, in --store); its scores are stored
-    /// with the run at that step.
-    #[arg(long, value_name = "RUN", conflicts_with = "endpoint")]
+    /// Evaluate this run's latest checkpoint (id or name, in --store), or its checkpoint at a
+    /// step with RUN@STEP; its scores are stored with the run at that step.
+    #[arg(long, value_name = "RUN[@STEP]", conflicts_with = "endpoint")]
     run: Option<String>,
     /// Evaluate the model behind this OpenAI-compatible endpoint (base URL, e.g.
     /// http://127.0.0.1:8000/v1).

@@ -303,6 +303,48 @@ fn eval_of_a_run_stores_its_scores_and_every_tasks_record_at_the_checkpoint() {
         assert_eq!(task.data["messages"][0]["role"], "user", "{:?}", task.data);
         assert_eq!(task.score == Some(1.0), task.reason.is_empty(), "{task:?}");
     }
+    // An earlier checkpoint by RUN@STEP, stored at its own step; a step without a checkpoint
+    // is refused, naming the steps there are.
+    let at_two = run(&[
+        "--store",
+        store_arg,
+        "eval",
+        "--run",
+        "1@2",
+        "--bench",
+        "bfcl:simple_python",
+        "--data",
+        data.to_str().unwrap(),
+        "--limit",
+        "1",
+        "--max-tokens",
+        "8",
+    ]);
+    assert!(at_two.status.success(), "{}", text(&at_two.stderr));
+    assert!(
+        text(&at_two.stderr).contains("task records with run 1 at step 2"),
+        "{}",
+        text(&at_two.stderr)
+    );
+    let at_three = run(&[
+        "--store",
+        store_arg,
+        "eval",
+        "--run",
+        "tiny-job@3",
+        "--bench",
+        "bfcl:simple_python",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!at_three.status.success());
+    assert!(
+        text(&at_three.stderr)
+            .contains("has no checkpoint at step 3; its checkpoints are at steps 1, 2, 4"),
+        "{}",
+        text(&at_three.stderr)
+    );
+
     // The records export like any other table.
     let exported = run(&[
         "--store",
@@ -317,8 +359,11 @@ fn eval_of_a_run_stores_its_scores_and_every_tasks_record_at_the_checkpoint() {
     ]);
     assert!(exported.status.success(), "{}", text(&exported.stderr));
     let csv = text(&exported.stdout);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "step,benchmark,task_id,trial,score,reason,data");
     assert!(
-        csv.starts_with("step,benchmark,task_id,trial,score,reason,data\n4,bfcl_simple_python,simple_python_0,0,"),
+        lines[1].starts_with("2,bfcl_simple_python,simple_python_0,0,")
+            && lines[2].starts_with("4,bfcl_simple_python,simple_python_0,0,"),
         "{csv}"
     );
 }

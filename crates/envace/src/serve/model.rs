@@ -215,16 +215,38 @@ impl LoadedModel {
     /// The latest checkpoint of `run` (an id, or the newest run with that name) in `store`; a
     /// relative checkpoint path is taken from the store file's folder.
     pub fn from_run(store: &Store, run: &str) -> Result<Self> {
+        Self::from_run_at(store, run, None)
+    }
+
+    /// The checkpoint of `run` at `step` (its latest when `None`), as [`LoadedModel::from_run`].
+    pub fn from_run_at(store: &Store, run: &str, step: Option<u64>) -> Result<Self> {
         let view = store.view();
         let record = view.find_run(run)?;
         let checkpoints = view.checkpoints(record.id)?;
-        let Some(latest) = checkpoints.last() else {
+        let chosen = match step {
+            None => checkpoints.last(),
+            Some(step) => checkpoints.iter().find(|c| c.step == step),
+        };
+        let Some(latest) = chosen else {
+            let saved: Vec<String> = checkpoints.iter().map(|c| c.step.to_string()).collect();
             return Err(Error::Serve {
                 what: format!("run {run:?}"),
-                message: format!(
-                    "run {} ({}) has no checkpoint yet; `envace runs show {}` lists what it saved",
-                    record.id, record.name, record.id
-                ),
+                message: match step {
+                    None => format!(
+                        "run {} ({}) has no checkpoint yet; `envace runs show {}` lists what it saved",
+                        record.id, record.name, record.id
+                    ),
+                    Some(step) if saved.is_empty() => format!(
+                        "run {} ({}) has no checkpoint, so none at step {step}",
+                        record.id, record.name
+                    ),
+                    Some(step) => format!(
+                        "run {} ({}) has no checkpoint at step {step}; its checkpoints are at steps {}",
+                        record.id,
+                        record.name,
+                        saved.join(", ")
+                    ),
+                },
             });
         };
         let mut path = PathBuf::from(&latest.path);

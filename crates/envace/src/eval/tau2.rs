@@ -12,8 +12,7 @@
 //! chat-completions endpoints behind them, the tests scripted players.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -413,37 +412,14 @@ pub fn run_domain(
         .iter()
         .flat_map(|task| (0..options.trials).map(move |trial| (task, trial)))
         .collect();
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<Result<ConversationRecord>>>> =
-        jobs.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..options.concurrency.clamp(1, jobs.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let idx = next.fetch_add(1, Ordering::SeqCst);
-                    let Some((task, trial)) = jobs.get(idx) else {
-                        break;
-                    };
-                    let record =
-                        run_conversation(domain, task, *trial, agent, user, judge, options);
-                    *slots[idx]
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
-                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, jobs.len());
-                }
-            });
-        }
-    });
-    let mut records = Vec::with_capacity(jobs.len());
-    for slot in slots {
-        if let Some(record) = slot
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            records.push(record?);
-        }
-    }
+    let records = super::run_concurrently(
+        &jobs,
+        options.concurrency,
+        &|&(task, trial)| run_conversation(domain, task, trial, agent, user, judge, options),
+        progress,
+    )
+    .into_iter()
+    .collect::<Result<Vec<_>>>()?;
     let score = DomainScore::of(domain.kind().as_str(), options.trials, &records)?;
     Ok((score, records))
 }

@@ -4,8 +4,6 @@
 //! greedy, the reply's calls are decoded into BFCL's form and scored, and every task is recorded
 //! with its prompt, calls, verdict and reason.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -221,32 +219,12 @@ pub fn run_category(
     options: &RunOptions,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> (CategoryScore, Vec<TaskRecord>) {
-    let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let records: Vec<Mutex<Option<TaskRecord>>> =
-        entries.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..options.concurrency.clamp(1, entries.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let idx = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(entry) = entries.get(idx) else { break };
-                    let record = run_task(client, entry, category, options);
-                    *records[idx]
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(record);
-                    progress(done.fetch_add(1, Ordering::SeqCst) + 1, entries.len());
-                }
-            });
-        }
-    });
-    let records: Vec<TaskRecord> = records
-        .into_iter()
-        .filter_map(|m| {
-            m.into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        })
-        .collect();
+    let records = crate::eval::run_concurrently(
+        entries,
+        options.concurrency,
+        &|entry| run_task(client, entry, category, options),
+        progress,
+    );
     let verdicts: Vec<EntryVerdict> = records
         .iter()
         .map(|r| EntryVerdict {

@@ -15,18 +15,24 @@ describe("score table", () => {
       series("bfcl_multiple", "accuracy", [8], [0.3]),
       series("tau2_airline", "pass^1", [8], [0.2]),
       series("tau2_airline", "avg_reward", [8], [0.25]),
+      series("vita_delivery", "pass@1", [8], [0.1]),
+      series("vita_delivery", "avg@1", [8], [0.1]),
+      series("tools_finance", "f1_macro", [8], [0.9]),
+      series("tools_finance", "f1_macro", [8], [0.5], "scenario:stock"),
       series("generated_test", "score", [2, 4, 8], [0.1, 0.2, 0.3]),
       series("bfcl_parallel", "accuracy", [4], [0.9], "python"),
     ]);
     expect(table.steps).toEqual([4, 8]);
-    expect(table.columns.map((c) => `${c.family}/${c.label}`)).toEqual(["BFCL/multiple", "BFCL/simple_python", "τ²-bench/airline"]);
+    expect(table.columns.map((c) => `${c.family}/${c.label}`)).toEqual(["BFCL/multiple", "BFCL/simple_python", "τ²-bench/airline", "VitaBench/delivery", "Tool calls/finance"]);
     expect(table.columns[0].values).toEqual([null, 0.3]);
     expect(table.familyMeans).toEqual([
       { family: "BFCL", values: [0.5, 0.5] },
       { family: "τ²-bench", values: [null, 0.2] },
+      { family: "VitaBench", values: [null, 0.1] },
+      { family: "Tool calls", values: [null, 0.9] },
     ]);
     expect(table.overall[0]).toBeCloseTo(0.5);
-    expect(table.overall[1]).toBeCloseTo(0.35);
+    expect(table.overall[1]).toBeCloseTo((0.5 + 0.2 + 0.1) / 3);
   });
   it("is empty without public benchmarks", () => {
     const table = scoreTable([series("generated_test", "score", [2], [0.1])]);
@@ -67,5 +73,24 @@ describe("task detail", () => {
       ["told the user", "✓ 1628"],
     ]);
     expect(taskDetail("{not json").facts).toEqual([["record", "not JSON"]]);
+  });
+  it("shows a VitaBench conversation with each rubric's verdict and calls to tools not rebuilt", () => {
+    const detail = taskDetail(JSON.stringify({
+      messages: [{ role: "assistant", content: "Hello, how can I help you?" }],
+      termination: { kind: "agent_stop" },
+      rubrics: [
+        { rubric: "The store offers dine-in", met: true, justification: "[4] chose it" },
+        { rubric: "Delivered by 12:00", met: false, justification: "" },
+      ],
+      unbuilt_calls: 1,
+      masked: null,
+    }));
+    expect(detail.messages).toHaveLength(1);
+    expect(detail.facts).toEqual([
+      ["ended", "agent_stop"],
+      ["rubric", "✓ The store offers dine-in ([4] chose it)"],
+      ["rubric", "✗ Delivered by 12:00"],
+      ["tools not rebuilt", '1 call(s) answered "not rebuilt"'],
+    ]);
   });
 });

@@ -1,6 +1,6 @@
 // Pure: the public-benchmark score table of a run (one row per evaluated checkpoint; a column per
-// BFCL category and τ²-bench domain with its headline metric; the BFCL and τ² means and their
-// overall mean, as the paper's table has them), and the reading of a stored task record for the
+// BFCL category, τ²-bench domain and VitaBench domain with its headline metric; each family's
+// mean and their overall mean, as the paper's table has them), and the reading of a stored task record for the
 // drill-down (the prompt or conversation, the model's calls, what was expected).
 
 import type { EvalSeries } from "./bindings";
@@ -13,11 +13,17 @@ export interface Family {
   prefix: string;
   /** The headline metric. */
   metric: string;
+  /** Whether the family counts in the overall mean (the paper's: BFCL, τ², VitaBench). */
+  overall: boolean;
 }
 
 export const FAMILIES: Family[] = [
-  { label: "BFCL", prefix: "bfcl_", metric: "accuracy" },
-  { label: "τ²-bench", prefix: "tau2_", metric: "pass^1" },
+  { label: "BFCL", prefix: "bfcl_", metric: "accuracy", overall: true },
+  { label: "τ²-bench", prefix: "tau2_", metric: "pass^1", overall: true },
+  // Pass@1 over k trials is the mean success rate, the paper's Avg@k.
+  { label: "VitaBench", prefix: "vita_", metric: "pass@1", overall: true },
+  // FinMCP-style tool-name F1 on OpenAI-format datasets, reported beside the others.
+  { label: "Tool calls", prefix: "tools_", metric: "f1_macro", overall: false },
 ];
 
 export interface ScoreColumn {
@@ -38,7 +44,7 @@ export interface ScoreTable {
   columns: ScoreColumn[];
   /** Per family, the mean of its columns evaluated at each row. */
   familyMeans: { family: string; values: (number | null)[] }[];
-  /** The mean of the family means present at each row. */
+  /** The mean of the family means present at each row (the families that count overall). */
   overall: (number | null)[];
 }
 
@@ -75,7 +81,8 @@ export function scoreTable(series: EvalSeries[]): ScoreTable {
     family: f.label,
     values: steps.map((_, row) => mean(columns.filter((c) => c.family === f.label).map((c) => c.values[row]))),
   }));
-  const overall = steps.map((_, row) => mean(familyMeans.map((m) => m.values[row])));
+  const counted = familyMeans.filter((m) => FAMILIES.find((f) => f.label === m.family)?.overall);
+  const overall = steps.map((_, row) => mean(counted.map((m) => m.values[row])));
   return { steps, columns, familyMeans, overall };
 }
 
@@ -92,7 +99,7 @@ export interface ShownMessage {
 
 /** What the drill-down shows of a stored task record. */
 export interface TaskDetail {
-  /** The prompt (BFCL) or the whole conversation (τ²). */
+  /** The prompt (BFCL) or the whole conversation (τ², VitaBench). */
   messages: ShownMessage[];
   /** The model's decoded calls or final text (BFCL), as JSON text. */
   output: string | null;
@@ -127,6 +134,11 @@ export function taskDetail(recordJson: string): TaskDetail {
   }
   const nl = (record.nl_assertions as { assertion: string; met: boolean }[] | undefined) ?? [];
   for (const v of nl) facts.push(["NL assertion", `${v.met ? "✓" : "✗"} ${v.assertion}`]);
+  const rubrics = (record.rubrics as { rubric: string; met: boolean; justification?: string }[] | undefined) ?? [];
+  for (const r of rubrics) facts.push(["rubric", `${r.met ? "✓" : "✗"} ${r.rubric}${r.justification ? ` (${r.justification})` : ""}`]);
+  if (typeof record.unbuilt_calls === "number" && record.unbuilt_calls > 0) {
+    facts.push(["tools not rebuilt", `${record.unbuilt_calls} call(s) answered "not rebuilt"`]);
+  }
   if (typeof record.masked === "string") facts.push(["masked", record.masked]);
   const json = (v: unknown) => JSON.stringify(v, null, 2);
   const isBfcl = "result" in record;

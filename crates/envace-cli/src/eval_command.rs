@@ -1,6 +1,6 @@
-//! `envace eval --model PATH | --run RUN[@STEP] | --endpoint URL --bench bfcl:CATEGORY,tau2:DOMAIN,…`:
+//! `envace eval --model PATH | --run RUN[@STEP] | --endpoint URL --bench bfcl:CATEGORY,tau2:DOMAIN,vita:delivery,…`:
 //! public benchmarks on a model file, a run's checkpoint (scores stored with the run) or
-//! any OpenAI-compatible endpoint (τ²-bench with a user simulator behind another), with a
+//! any OpenAI-compatible endpoint (τ²-bench and VitaBench with a user simulator behind another), with a
 //! progress bar per category and every task's record; and
 //! `envace eval score bfcl`, another system's decoded calls through the same checker.
 
@@ -29,6 +29,10 @@ enum Bench {
     Bfcl(String),
     /// A τ²-bench domain.
     Tau2(DomainKind),
+    /// A VitaBench domain (`delivery`).
+    Vita(String),
+    /// A tool-call dataset in OpenAI format, by file name.
+    Tools(String),
 }
 
 /// The items of `--bench` (`bfcl:NAME`, `tau2:DOMAIN`), checked before any model is loaded.
@@ -63,8 +67,22 @@ fn parse_benches(bench: &[String]) -> Result<Vec<Bench>> {
                 };
                 out.push(Bench::Tau2(kind));
             }
+            "vita" => {
+                if category != "delivery" {
+                    bail!(
+                        "--bench {item:?}: VitaBench's {category:?} domain is not rebuilt; vita:delivery is"
+                    );
+                }
+                out.push(Bench::Vita(category.to_owned()));
+            }
+            "tools" => {
+                if category.is_empty() {
+                    bail!("--bench {item:?}: name the dataset, e.g. tools:finmcp for finmcp.jsonl");
+                }
+                out.push(Bench::Tools(category.to_owned()));
+            }
             _ => bail!(
-                "--bench {item:?}: the benchmark {name:?} cannot be evaluated yet; BFCL (bfcl:simple_python, …) and τ²-bench (tau2:retail, tau2:airline) can"
+                "--bench {item:?}: the benchmark {name:?} cannot be evaluated yet; BFCL (bfcl:simple_python, …), τ²-bench (tau2:retail, tau2:airline), VitaBench (vita:delivery) and tool-call datasets (tools:NAME) can"
             ),
         }
     }
@@ -81,6 +99,58 @@ fn tau2_dir(data: &Path, kind: DomainKind) -> std::path::PathBuf {
         data.to_path_buf()
     };
     root.join(kind.as_str())
+}
+
+/// A VitaBench domain's task file: in `DIR/vitabench/<domain>/`, `DIR/<domain>/` or DIR itself.
+fn vita_file(data: &Path, domain: &str) -> std::path::PathBuf {
+    let candidates = [
+        data.join("vitabench").join(domain),
+        data.join(domain),
+        data.to_path_buf(),
+    ];
+    let dir = candidates
+        .iter()
+        .find(|dir| envace::env::vita::task_file(dir).is_file())
+        .unwrap_or(&candidates[0]);
+    envace::env::vita::task_file(dir)
+}
+
+/// A tool-call dataset's file: `NAME` itself, `NAME.jsonl` or `NAME.json`, in DIR or DIR/tools.
+fn tools_file(data: &Path, name: &str) -> Result<std::path::PathBuf> {
+    let mut tried = Vec::new();
+    for dir in [data.to_path_buf(), data.join("tools")] {
+        for file in [
+            name.to_owned(),
+            format!("{name}.jsonl"),
+            format!("{name}.json"),
+        ] {
+            let path = dir.join(file);
+            if path.is_file() {
+                return Ok(path);
+            }
+            tried.push(path.display().to_string());
+        }
+    }
+    bail!(
+        "--bench tools:{name}: no dataset file; looked for {}",
+        tried.join(", ")
+    )
+}
+
+/// Counts how conversations ended, by kind (`user_stop`, `max_steps`, …).
+fn endings<'a>(
+    terminations: impl Iterator<Item = &'a tau2::Termination>,
+) -> Result<BTreeMap<String, usize>> {
+    let mut counts = BTreeMap::<String, usize>::new();
+    for termination in terminations {
+        let kind = serde_json::to_value(termination)?
+            .get("kind")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        *counts.entry(kind).or_default() += 1;
+    }
+    Ok(counts)
 }
 
 /// The first line of an evaluation run's config text: what marks a run as one `--record-as`
@@ -214,25 +284,29 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         );
     }
     let has_tau2 = benches.iter().any(|b| matches!(b, Bench::Tau2(_)));
-    if has_tau2 {
+    let has_vita = benches.iter().any(|b| matches!(b, Bench::Vita(_)));
+    if has_tau2 || has_vita {
         if args.user_endpoint.is_none() {
             bail!(
-                "τ²-bench needs a user simulator: pass --user-endpoint URL (any OpenAI-compatible endpoint, e.g. one `envace serve-model` started) or --user-endpoint self"
+                "τ²-bench and VitaBench need a user simulator: pass --user-endpoint URL (any OpenAI-compatible endpoint, e.g. one `envace serve-model` started) or --user-endpoint self"
             );
         }
         if args.trials == 0 {
             bail!("--trials 0: give at least one trial per task");
         }
-        if args.max_steps < 3 {
+        if let Some(n) = args.max_steps
+            && n < 3
+        {
             bail!(
-                "--max-steps {}: a conversation needs at least 3 messages (greeting, user, agent)",
-                args.max_steps
+                "--max-steps {n}: a conversation needs at least 3 messages (greeting, user, agent)"
             );
         }
     }
     // Every benchmark's data is read before the model is loaded: a bad file fails in seconds.
     let mut bfcl_suites = Vec::new();
     let mut tau2_suites = Vec::new();
+    let mut vita_suites = Vec::new();
+    let mut tool_suites = Vec::new();
     for bench in &benches {
         match bench {
             Bench::Bfcl(category) => {
@@ -269,11 +343,34 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
                 }
                 tau2_suites.push((domain, tasks));
             }
+            Bench::Vita(domain) => {
+                let path = vita_file(data, domain);
+                let mut tasks = envace::env::vita::load_tasks(&path).with_context(|| {
+                    format!("loading VitaBench {domain} from {}", path.display())
+                })?;
+                if let Some(n) = args.limit {
+                    tasks.truncate(n);
+                }
+                vita_suites.push((domain.clone(), tasks));
+            }
+            Bench::Tools(name) => {
+                let path = tools_file(data, name)?;
+                let mut samples = envace::eval::toolmetrics::load_samples(&path)?;
+                if let Some(n) = args.limit {
+                    samples.truncate(n);
+                }
+                tool_suites.push((name.clone(), samples));
+            }
         }
     }
     if has_tau2 && args.judge_endpoint.is_none() {
         eprintln!(
             "no --judge-endpoint: τ²-bench conversations graded by NL assertions (most of retail) will be masked, not scored"
+        );
+    }
+    if has_vita && args.judge_endpoint.is_none() {
+        eprintln!(
+            "no --judge-endpoint: VitaBench conversations are graded by a rubric judge and will be masked, not scored"
         );
     }
 
@@ -358,8 +455,8 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     let mut lines = Vec::new();
     // Every task's row for the store (its step is set when stored).
     let mut task_rows: Vec<EvalTaskRow> = Vec::new();
-    // (benchmark, metric, value, n_tasks) for the store.
-    let mut scores: Vec<(String, String, f64, u64)> = Vec::new();
+    // (benchmark, category, metric, value, n_tasks) for the store.
+    let mut scores: Vec<(String, String, String, f64, u64)> = Vec::new();
     let mut accuracy = BTreeMap::new();
     for (category, entries) in &bfcl_suites {
         let bar = progress_bar(entries.len(), format!("bfcl:{category}"), "tasks");
@@ -397,8 +494,20 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         }
         let benchmark = format!("bfcl_{category}");
         let n = score.total as u64;
-        scores.push((benchmark.clone(), "accuracy".into(), score.accuracy, n));
-        scores.push((benchmark, "accuracy_se".into(), score.accuracy_se, n));
+        scores.push((
+            benchmark.clone(),
+            "all".to_owned(),
+            "accuracy".into(),
+            score.accuracy,
+            n,
+        ));
+        scores.push((
+            benchmark,
+            "all".to_owned(),
+            "accuracy_se".into(),
+            score.accuracy_se,
+            n,
+        ));
         accuracy.insert(category.clone(), score.accuracy);
     }
     if let Some(summary) = bfcl::ast_summary(&accuracy)
@@ -423,7 +532,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         };
         let tau2_options = Tau2Options {
             trials: args.trials,
-            max_steps: args.max_steps,
+            max_steps: args.max_steps.unwrap_or(100),
             ..Tau2Options::default()
         };
         for (domain, tasks) in &tau2_suites {
@@ -477,16 +586,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             for (k, value) in score.pass_hat_k.iter().skip(1) {
                 out!("    pass^{k} {value:.4}");
             }
-            let mut endings = BTreeMap::<String, usize>::new();
-            for record in &records {
-                let kind = serde_json::to_value(&record.termination)?
-                    .get("kind")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                *endings.entry(kind).or_default() += 1;
-            }
-            for (kind, n) in endings {
+            for (kind, n) in endings(records.iter().map(|r| &r.termination))? {
                 out!("    {n:>4} ended: {kind}");
             }
             let failing = records
@@ -499,21 +599,198 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             let benchmark = format!("tau2_{name}");
             let n = score.n_scored_tasks as u64;
             for (k, value) in &score.pass_hat_k {
-                scores.push((benchmark.clone(), format!("pass^{k}"), *value, n));
+                scores.push((
+                    benchmark.clone(),
+                    "all".to_owned(),
+                    format!("pass^{k}"),
+                    *value,
+                    n,
+                ));
             }
             scores.push((
                 benchmark.clone(),
+                "all".to_owned(),
                 "avg_reward".into(),
                 score.avg_reward,
                 score.n_tasks as u64,
             ));
             scores.push((
                 benchmark,
+                "all".to_owned(),
                 "masked".into(),
                 score.masked as f64,
                 score.n_tasks as u64,
             ));
         }
+    }
+
+    for (domain, tasks) in &vita_suites {
+        use envace::eval::vita::{self, EndpointRubricJudge, VitaAgent};
+        let user_endpoint = args.user_endpoint.as_deref().unwrap_or("self");
+        let mut user = EndpointUser::new(endpoint_or_self(user_endpoint, &args.user_model)?);
+        user.temperature = args.temperature;
+        let judge = match &args.judge_endpoint {
+            Some(given) => Some(EndpointRubricJudge::new(endpoint_or_self(
+                given,
+                &args.judge_model,
+            )?)),
+            None => None,
+        };
+        let mut agent = VitaAgent::new(agent_client.clone());
+        agent.0.max_tokens = args.max_tokens;
+        agent.0.temperature = args.temperature;
+        let options = Tau2Options {
+            trials: args.trials,
+            max_steps: args.max_steps.unwrap_or(300),
+            ..Tau2Options::default()
+        };
+        let bar = progress_bar(
+            tasks.len() * args.trials,
+            format!("vita:{domain}"),
+            "conversations",
+        );
+        let started = Instant::now();
+        let (score, records) = vita::run_domain(
+            domain,
+            tasks,
+            &agent,
+            &user,
+            judge.as_ref().map(|j| j as &dyn vita::RubricJudge),
+            &options,
+            &|done, _| bar.set_position(done as u64),
+        )?;
+        bar.finish_and_clear();
+        let secs = started.elapsed().as_secs_f64();
+        let benchmark = format!("vita_{domain}");
+        for record in &records {
+            let reason = match &record.masked {
+                Some(why) => format!("masked: {why}"),
+                None => record.reason.clone(),
+            };
+            let row = task_row(
+                &benchmark,
+                &record.task_id,
+                record.trial,
+                record.reward,
+                &reason,
+                serde_json::to_value(record)?,
+            );
+            lines.push(record_line("vita", row.data.clone())?);
+            task_rows.push(row);
+        }
+        let k = score.trials;
+        out!(
+            "vita:{domain}: Avg@{k} {:.4}, Pass@{k} {:.4}, Pass^{k} {:.4} over {} of {} tasks × {k} trials (rubrics met {:.4}; {} conversations masked) in {secs:.1} s",
+            score.avg_at_k,
+            score
+                .pass_at_k
+                .get(&(k as u64))
+                .copied()
+                .unwrap_or(f64::NAN),
+            score
+                .pass_hat_k
+                .get(&(k as u64))
+                .copied()
+                .unwrap_or(f64::NAN),
+            score.n_scored_tasks,
+            score.n_tasks,
+            score.rubric_score,
+            score.masked
+        );
+        for (kind, n) in endings(records.iter().map(|r| &r.termination))? {
+            out!("    {n:>4} ended: {kind}");
+        }
+        let unbuilt: usize = records.iter().map(|r| r.unbuilt_calls).sum();
+        if unbuilt > 0 {
+            out!(
+                "    {unbuilt:>4} calls to tools not rebuilt ({})",
+                envace::env::vita::NOT_REBUILT
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let failing = records
+            .iter()
+            .filter(|r| r.reward.is_some_and(|r| r < 1.0))
+            .map(|r| r.reason.as_str());
+        for (kind, n) in reason_counts(failing) {
+            out!("    {n:>4} {kind}");
+        }
+        let n = score.n_scored_tasks as u64;
+        let all = score.n_tasks as u64;
+        scores.push((
+            benchmark.clone(),
+            "all".to_owned(),
+            format!("avg@{k}"),
+            score.avg_at_k,
+            all,
+        ));
+        for (k, value) in &score.pass_at_k {
+            scores.push((
+                benchmark.clone(),
+                "all".to_owned(),
+                format!("pass@{k}"),
+                *value,
+                n,
+            ));
+        }
+        for (k, value) in &score.pass_hat_k {
+            scores.push((
+                benchmark.clone(),
+                "all".to_owned(),
+                format!("pass^{k}"),
+                *value,
+                n,
+            ));
+        }
+        scores.push((
+            benchmark.clone(),
+            "all".to_owned(),
+            "rubric_score".into(),
+            score.rubric_score,
+            all,
+        ));
+        scores.push((
+            benchmark,
+            "all".to_owned(),
+            "masked".into(),
+            score.masked as f64,
+            all,
+        ));
+    }
+
+    for (name, samples) in &tool_suites {
+        use envace::eval::toolmetrics;
+        let bar = progress_bar(samples.len(), format!("tools:{name}"), "samples");
+        let started = Instant::now();
+        let report =
+            toolmetrics::run_dataset(&agent_client, samples, args.max_tokens, 8, &|done, _| {
+                bar.set_position(done as u64)
+            });
+        bar.finish_and_clear();
+        let secs = started.elapsed().as_secs_f64();
+        let benchmark = format!("tools_{name}");
+        for sample in &report.samples {
+            let reason = match &sample.failure {
+                Some(why) => format!("no answer: {why}"),
+                None if sample.exact => String::new(),
+                None => format!("called {:?}, expected {:?}", sample.predicted, sample.gold),
+            };
+            let row = task_row(
+                &benchmark,
+                &sample.id,
+                0,
+                Some(sample.f1),
+                &reason,
+                serde_json::to_value(sample)?,
+            );
+            lines.push(record_line("tools", row.data.clone())?);
+            task_rows.push(row);
+        }
+        print_tool_report(&format!("tools:{name}"), &report, secs)?;
+        push_tool_scores(&mut scores, &benchmark, &report);
     }
 
     if let Some(out) = &args.out {
@@ -525,11 +802,11 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     if let Some((mut store, run, step)) = run_at {
         let mut batch = Batch::new(run);
         let wall_time = now();
-        for (benchmark, metric, value, n_tasks) in scores {
+        for (benchmark, category, metric, value, n_tasks) in scores {
             batch.evals.push(EvalRow {
                 step,
                 benchmark,
-                category: "all".to_owned(),
+                category,
                 metric,
                 value,
                 n_tasks,
@@ -553,15 +830,119 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// `envace eval score bfcl`: another system's decoded calls through BFCL's AST checker.
+/// A tool-metrics report's lines: overall, then per scenario and per difficulty.
+fn print_tool_report(
+    label: &str,
+    report: &envace::eval::toolmetrics::ToolReport,
+    secs: f64,
+) -> Result<()> {
+    let line = |m: &envace::eval::toolmetrics::ToolMetrics| {
+        format!(
+            "F1 {:.4} (P {:.4}, R {:.4}) macro, F1 {:.4} (P {:.4}, R {:.4}) micro, exact {:.4}, {} samples",
+            m.f1_macro,
+            m.precision_macro,
+            m.recall_macro,
+            m.f1_micro,
+            m.precision_micro,
+            m.recall_micro,
+            m.exact_match,
+            m.n_samples
+        )
+    };
+    out!("{label}: {} in {secs:.1} s", line(&report.overall));
+    for (scenario, m) in &report.by_scenario {
+        out!("    scenario {scenario}: {}", line(m));
+    }
+    for (difficulty, m) in &report.by_difficulty {
+        out!("    difficulty {difficulty}: {}", line(m));
+    }
+    let failed = report
+        .samples
+        .iter()
+        .filter(|s| s.failure.is_some())
+        .count();
+    if failed > 0 {
+        out!("    {failed:>4} samples without an answer (scored as calling nothing)");
+    }
+    Ok(())
+}
+
+/// A tool-metrics report's figures for the store: category `all`, `scenario:NAME` and
+/// `difficulty:NAME`.
+fn push_tool_scores(
+    scores: &mut Vec<(String, String, String, f64, u64)>,
+    benchmark: &str,
+    report: &envace::eval::toolmetrics::ToolReport,
+) {
+    let groups = std::iter::once(("all".to_owned(), &report.overall))
+        .chain(
+            report
+                .by_scenario
+                .iter()
+                .map(|(k, m)| (format!("scenario:{k}"), m)),
+        )
+        .chain(
+            report
+                .by_difficulty
+                .iter()
+                .map(|(k, m)| (format!("difficulty:{k}"), m)),
+        );
+    for (category, metrics) in groups {
+        for (metric, value) in metrics.pairs() {
+            scores.push((
+                benchmark.to_owned(),
+                category.clone(),
+                metric.to_owned(),
+                value,
+                metrics.n_samples as u64,
+            ));
+        }
+    }
+}
+
+/// `envace eval score bfcl|tools`: another system's outputs through the same checker.
 pub fn score(command: EvalCommand) -> Result<ExitCode> {
-    let EvalCommand::Score(ScoreCommand::Bfcl {
-        data,
-        category,
-        outputs,
-        underscore_names,
-        json,
-    }) = command;
+    let EvalCommand::Score(command) = command;
+    let (data, category, outputs, underscore_names, json) = match command {
+        ScoreCommand::Bfcl {
+            data,
+            category,
+            outputs,
+            underscore_names,
+            json,
+        } => (data, category, outputs, underscore_names, json),
+        ScoreCommand::Tools {
+            data,
+            outputs,
+            json,
+        } => {
+            use envace::eval::toolmetrics;
+            let samples = toolmetrics::load_samples(&data)?;
+            let given = toolmetrics::read_predictions(&outputs)?;
+            let report = toolmetrics::score_predictions(&samples, &given);
+            if json {
+                out!("{}", serde_json::to_string(&report)?);
+            } else {
+                for s in &report.samples {
+                    let verdict = if s.exact { "exact" } else { "differs" };
+                    let why = s
+                        .failure
+                        .as_deref()
+                        .map(|w| format!("\t{w}"))
+                        .unwrap_or_default();
+                    out!(
+                        "{}\t{verdict}\tF1 {:.4}\tcalled {:?}\texpected {:?}{why}",
+                        s.id,
+                        s.f1,
+                        s.predicted,
+                        s.gold
+                    );
+                }
+                print_tool_report(&data.display().to_string(), &report, 0.0)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     use envace::eval::bfcl;
     let entries = bfcl::load(&data, &category)?;
     let given = bfcl::read_outputs(&outputs)?;

@@ -178,36 +178,39 @@ struct EvalArgs {
     )]
     endpoint_model: String,
     /// Benchmarks and categories, comma-separated: bfcl:simple_python, bfcl:multiple, …,
-    /// tau2:retail, tau2:airline.
+    /// tau2:retail, tau2:airline, vita:delivery, tools:NAME (NAME.jsonl, a tool-call dataset in
+    /// OpenAI format, in --data or its tools/ folder).
     #[arg(long, value_name = "LIST", value_delimiter = ',', required = true)]
     bench: Vec<String>,
-    /// The benchmark data: the folder holding bfcl/ and tau2-bench/ (or one benchmark's folder
-    /// itself).
+    /// The benchmark data: the folder holding bfcl/, tau2-bench/ and vitabench/ (or one
+    /// benchmark's folder itself).
     #[arg(long, value_name = "DIR", required = true)]
     data: Option<PathBuf>,
     /// Only the first N tasks of each category or domain.
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
-    /// τ²-bench: the user simulator's OpenAI-compatible endpoint (e.g. one `envace
+    /// τ²-bench and VitaBench: the user simulator's OpenAI-compatible endpoint (e.g. one `envace
     /// serve-model` started), or `self` for the evaluated model.
     #[arg(long, value_name = "URL|self")]
     user_endpoint: Option<String>,
     /// The model name sent to --user-endpoint.
     #[arg(long, value_name = "NAME", default_value = "default")]
     user_model: String,
-    /// τ²-bench: the endpoint that judges NL assertions (retail), or `self`. Without one,
-    /// conversations graded by NL assertions are masked, not scored.
+    /// τ²-bench: the endpoint that judges NL assertions (retail); VitaBench: the rubric judge;
+    /// or `self`. Without one, conversations that need a judge are masked, not scored.
     #[arg(long, value_name = "URL|self")]
     judge_endpoint: Option<String>,
     /// The model name sent to --judge-endpoint.
     #[arg(long, value_name = "NAME", default_value = "default")]
     judge_model: String,
-    /// τ²-bench: conversations per task (pass^k is reported for k up to this).
+    /// τ²-bench and VitaBench: conversations per task (pass^k, and VitaBench's Pass@k, are
+    /// reported for k up to this).
     #[arg(long, value_name = "K", default_value_t = 1)]
     trials: usize,
-    /// τ²-bench: most messages in a conversation.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    max_steps: usize,
+    /// τ²-bench and VitaBench: most messages in a conversation (default: each benchmark's own,
+    /// 100 for τ²-bench, 300 for VitaBench).
+    #[arg(long, value_name = "N")]
+    max_steps: Option<usize>,
     /// τ²-bench: the task split (base = every task, train, test).
     #[arg(long, value_name = "NAME", default_value = "base")]
     split: String,
@@ -267,6 +270,21 @@ enum ScoreCommand {
         #[arg(long)]
         underscore_names: bool,
         /// Print one JSON object: the verdicts and the accuracy.
+        #[arg(long)]
+        json: bool,
+    },
+    /// FinMCP-style tool metrics: DATA is a dataset of OpenAI-format conversations (JSON Lines
+    /// or a JSON array, with optional `scenario` and `difficulty`), OUTPUTS another system's
+    /// predictions, one JSON object a line, `{"id": …, "tool_calls": [names or OpenAI calls]}`
+    /// or `{"id": …, "messages": [its conversation]}`.
+    Tools {
+        /// The dataset file.
+        #[arg(long, value_name = "FILE")]
+        data: PathBuf,
+        /// The predictions, JSON Lines.
+        #[arg(long, value_name = "FILE")]
+        outputs: PathBuf,
+        /// Print one JSON object: every sample and the metrics.
         #[arg(long)]
         json: bool,
     },

@@ -88,6 +88,24 @@ pub enum Error {
         message: String,
     },
 
+    /// A VitaBench task file is missing, unreadable, or a task does not have the expected shape.
+    #[error("VitaBench data {}: {message}", path.display())]
+    VitaData {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is missing or malformed, naming the task and field.
+        message: String,
+    },
+
+    /// A tool-call dataset or predictions file is unreadable or a sample lacks a field.
+    #[error("tool-call data {}: {message}", path.display())]
+    ToolData {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is missing or malformed, naming the sample and field.
+        message: String,
+    },
+
     /// A built-in tool's parameter schema does not compile as JSON Schema (a bug in the tool table).
     #[error("tool {tool:?}: its parameter schema is not valid JSON Schema: {message}")]
     ToolSchema {

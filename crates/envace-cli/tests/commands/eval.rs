@@ -215,9 +215,14 @@ fn eval_names_a_benchmark_it_cannot_run_before_loading_anything() {
     for (bench, says) in [
         ("vitabench:delivery", "cannot be evaluated yet"),
         ("tau2:telecom", "unknown τ²-bench domain"),
+        ("vita:instore", "domain is not rebuilt; vita:delivery is"),
+        (
+            "vita:delivery",
+            "need a user simulator: pass --user-endpoint",
+        ),
         (
             "tau2:airline",
-            "needs a user simulator: pass --user-endpoint",
+            "need a user simulator: pass --user-endpoint",
         ),
         ("bfcl:multi_turn_base", "stateful backends"),
         ("bfcl:simple_cobol", "unknown BFCL category"),
@@ -448,6 +453,205 @@ fn tau2_conversations_run_with_serve_model_as_the_user_simulator() {
         assert!(line["reward"].is_number(), "{line}");
         assert!(line["termination"]["kind"].is_string(), "{line}");
     }
+}
+
+#[test]
+fn vita_conversations_run_with_serve_model_as_user_and_judge_and_are_stored() {
+    let (mut user, url) = serve_model();
+    let gguf = envace::model::smollm2_gguf().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let store = dir.path().join("runs.sqlite");
+    let data = data();
+    let out = run(&[
+        "--store",
+        store.to_str().unwrap(),
+        "eval",
+        "--record-as",
+        "smollm2",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--bench",
+        "vita:delivery",
+        "--data",
+        data.to_str().unwrap(),
+        "--user-endpoint",
+        &url,
+        "--judge-endpoint",
+        &url,
+        "--limit",
+        "1",
+        "--max-steps",
+        "3",
+        "--max-tokens",
+        "16",
+        "--out",
+        records.to_str().unwrap(),
+    ]);
+    let _ = user.kill();
+    let _ = user.wait();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("vita:delivery: Avg@1 ") && stdout.contains("over 1 of 1 tasks × 1 trials"),
+        "{stdout}"
+    );
+    let line: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&records).unwrap().trim()).unwrap();
+    assert_eq!(line["benchmark"], "vita");
+    assert_eq!(line["task_id"], "10711001");
+    let messages = line["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"], "Hello, how can I help you?");
+    assert_eq!(messages[1]["role"], "user", "{line}");
+    // Three messages reach the step limit: scored 0 without asking the judge.
+    assert_eq!(line["termination"]["kind"], "max_steps", "{line}");
+    assert_eq!(line["reward"], 0.0);
+    let csv = run(&[
+        "--store",
+        store.to_str().unwrap(),
+        "runs",
+        "export",
+        "smollm2",
+        "--table",
+        "eval-tasks",
+        "--format",
+        "csv",
+    ]);
+    assert!(csv.status.success(), "{}", text(&csv.stderr));
+    let csv = text(&csv.stdout);
+    assert!(csv.contains("0,vita_delivery,10711001,0,0"), "{csv}");
+}
+
+fn tool_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../envace/tests/fixtures/toolmetrics")
+        .join(name)
+}
+
+#[test]
+fn score_tools_prints_each_samples_comparison_and_the_grouped_metrics() {
+    let data = tool_fixture("finance.jsonl");
+    let outputs = tool_fixture("predictions.jsonl");
+    let out = run(&[
+        "eval",
+        "score",
+        "tools",
+        "--data",
+        data.to_str().unwrap(),
+        "--outputs",
+        outputs.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("s1\texact\tF1 1.0000"), "{stdout}");
+    assert!(stdout.contains("s3\tdiffers\tF1 0.6667"), "{stdout}");
+    assert!(
+        stdout.contains(": F1 0.6933 (P 0.7000, R 0.9333) macro, F1 0.8000 (P 0.7500, R 0.8571) micro, exact 0.2000, 5 samples"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("    scenario stock_query: F1 0.6000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("    difficulty hard: F1 0.9000"),
+        "{stdout}"
+    );
+
+    let json = run(&[
+        "eval",
+        "score",
+        "tools",
+        "--data",
+        data.to_str().unwrap(),
+        "--outputs",
+        outputs.to_str().unwrap(),
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["overall"]["n_samples"], 5);
+    assert_eq!(report["by_difficulty"]["easy"]["n_samples"], 3);
+
+    let bad = run(&[
+        "eval",
+        "score",
+        "tools",
+        "--data",
+        outputs.to_str().unwrap(),
+        "--outputs",
+        outputs.to_str().unwrap(),
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("`messages` is required"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+#[test]
+fn eval_runs_a_tool_call_dataset_on_a_model_and_stores_the_grouped_metrics() {
+    let gguf = envace::model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    let data = tool_fixture("");
+    let out = run(&[
+        "--store",
+        store.to_str().unwrap(),
+        "eval",
+        "--record-as",
+        "smollm2",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--bench",
+        "tools:finance",
+        "--data",
+        data.to_str().unwrap(),
+        "--max-tokens",
+        "24",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("tools:finance: F1 "), "{stdout}");
+    assert!(
+        stdout.contains("    scenario fund_analysis: F1 "),
+        "{stdout}"
+    );
+    let exported = run(&[
+        "--store",
+        store.to_str().unwrap(),
+        "runs",
+        "export",
+        "smollm2",
+        "--table",
+        "evals",
+        "--format",
+        "csv",
+    ]);
+    let csv = text(&exported.stdout);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    for row in [
+        "tools_finance,all,f1_macro,",
+        "tools_finance,scenario:stock_query,exact_match,",
+        "tools_finance,difficulty:hard,f1_micro,",
+    ] {
+        assert!(csv.contains(row), "{row}: {csv}");
+    }
+    let missing = run(&[
+        "eval",
+        "--model",
+        "/nonexistent.gguf",
+        "--bench",
+        "tools:nothing_here",
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing.stderr).contains("no dataset file; looked for"),
+        "{}",
+        text(&missing.stderr)
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@
 pub mod functions;
 pub mod pyjson;
 pub mod tau2;
+pub mod vita;
 
 use std::fmt;
 

@@ -18,6 +18,53 @@
 
 use serde_json::Value;
 
+/// Python's `repr` of a decoded JSON value: `'text'`, `True`, `None`, floats as `repr(float)`,
+/// lists and dicts (in insertion order) with `, ` and `: ` separators.
+pub fn repr(value: &Value) -> String {
+    match value {
+        Value::String(s) => {
+            let quote = if s.contains('\'') && !s.contains('"') {
+                '"'
+            } else {
+                '\''
+            };
+            let mut out = String::with_capacity(s.len() + 2);
+            out.push(quote);
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\t' => out.push_str("\\t"),
+                    '\r' => out.push_str("\\r"),
+                    c if c == quote => {
+                        out.push('\\');
+                        out.push(c);
+                    }
+                    c => out.push(c),
+                }
+            }
+            out.push(quote);
+            out
+        }
+        Value::Number(n) if n.is_f64() => float_repr(n.as_f64().unwrap_or(f64::NAN)),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(true) => "True".to_owned(),
+        Value::Bool(false) => "False".to_owned(),
+        Value::Null => "None".to_owned(),
+        Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(repr).collect();
+            format!("[{}]", inner.join(", "))
+        }
+        Value::Object(map) => {
+            let inner: Vec<String> = map
+                .iter()
+                .map(|(k, v)| format!("{}: {}", repr(&Value::String(k.clone())), repr(v)))
+                .collect();
+            format!("{{{}}}", inner.join(", "))
+        }
+    }
+}
+
 /// Python's `repr(x)` for a float: shortest round-trip digits, `.0` for integral values.
 pub fn float_repr(x: f64) -> String {
     if x.is_nan() {

@@ -2,13 +2,17 @@
 //! held-out generated tasks with standard errors, per family and pass@k (`heldout`), and
 //! test-time private rehearsal with its rehearsal-budget curves (`rehearsal`), and the public
 //! benchmarks: BFCL's data and AST checker (`bfcl`), τ²-bench conversations with a user
-//! simulator (`tau2`), whose tasks run side by side through [`run_concurrently`].
+//! simulator (`tau2`), VitaBench delivery conversations graded by a rubric judge (`vita`), and
+//! FinMCP-style tool-name metrics on any OpenAI-format dataset (`toolmetrics`), whose items run
+//! side by side through [`run_concurrently`].
 
 pub mod bfcl;
 pub mod episodes;
 pub mod heldout;
 pub mod rehearsal;
 pub mod tau2;
+pub mod toolmetrics;
+pub mod vita;
 
 /// `work` on every item, at most `concurrency` at once on scoped threads (each takes the next
 /// item when it finishes one, so slow items do not hold the others up), with `progress(done,

@@ -35,27 +35,28 @@ pub const TRANSFER: &str = "###TRANSFER###";
 /// The user's token for "the scenario does not say how to go on".
 pub const OUT_OF_SCOPE: &str = "###OUT-OF-SCOPE###";
 
-/// The agent: its next message from the conversation so far.
-pub trait Agent: Sync {
+/// The agent: its next message from the conversation so far. `T` is the benchmark's task
+/// (τ²-bench's by default; VitaBench's for [`super::vita`]).
+pub trait Agent<T: ?Sized = Task>: Sync {
     /// The next assistant message in the engine's form: text, and any tool calls as
     /// `<tool_call>` blocks. `trial` numbers the task's conversations from 0 (endpoints use it
     /// as the sampling seed, so trials differ reproducibly). `Err` says why no message came (an
     /// endpoint that failed).
     fn respond(
         &self,
-        task: &Task,
+        task: &T,
         trial: usize,
         conversation: &[Message],
     ) -> std::result::Result<String, String>;
 }
 
 /// The simulated user: its next message from the conversation so far.
-pub trait UserSimulator: Sync {
+pub trait UserSimulator<T: ?Sized = Task>: Sync {
     /// The user's next message in the task's `trial`-th conversation; it ends the call by
     /// containing one of the stop tokens.
     fn respond(
         &self,
-        task: &Task,
+        task: &T,
         trial: usize,
         conversation: &[Message],
     ) -> std::result::Result<String, String>;
@@ -82,6 +83,9 @@ pub struct Tau2Options {
     pub max_errors: usize,
     /// Conversations in flight at once.
     pub concurrency: usize,
+    /// Whether the agent may end the call by writing `###STOP###` (VitaBench's agents may;
+    /// τ²-bench's user ends every call).
+    pub agent_may_stop: bool,
 }
 
 impl Default for Tau2Options {
@@ -91,6 +95,7 @@ impl Default for Tau2Options {
             max_steps: 100,
             max_errors: 10,
             concurrency: 4,
+            agent_may_stop: false,
         }
     }
 }
@@ -105,6 +110,8 @@ pub enum Termination {
     Transfer,
     /// The user wrote `###OUT-OF-SCOPE###`.
     OutOfScope,
+    /// The agent wrote `###STOP###` (only where [`Tau2Options::agent_may_stop`]).
+    AgentStop,
     /// The conversation reached the step limit.
     MaxSteps,
     /// Too many tool calls failed or were malformed.
@@ -120,7 +127,10 @@ impl Termination {
     pub fn is_graded(&self) -> bool {
         matches!(
             self,
-            Termination::UserStop | Termination::Transfer | Termination::OutOfScope
+            Termination::UserStop
+                | Termination::Transfer
+                | Termination::OutOfScope
+                | Termination::AgentStop
         )
     }
 }
@@ -160,19 +170,30 @@ pub struct ConversationRecord {
     pub secs: f64,
 }
 
-/// Plays one conversation of `task` and grades it.
-pub fn run_conversation(
-    domain: &Arc<Tau2Domain>,
-    task: &Task,
+/// A conversation as played, before it is graded.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// Every message in order, starting with the greeting.
+    pub messages: Vec<Message>,
+    pub termination: Termination,
+    /// Failed or malformed tool calls.
+    pub tool_errors: usize,
+}
+
+/// The reference orchestrators' loop, shared by τ²-bench and VitaBench: the agent's `greeting`,
+/// then the user and the agent in turn; an agent message that calls tools is answered by `env`
+/// and the agent goes on, one that only speaks hands the turn to the user, who ends the call
+/// with a stop token. `options.max_steps` and `options.max_errors` bound it.
+pub fn converse<T: ?Sized>(
+    env: &mut dyn Environment,
+    task: &T,
     trial: usize,
-    agent: &dyn Agent,
-    user: &dyn UserSimulator,
-    judge: Option<&dyn AssertionJudge>,
+    agent: &dyn Agent<T>,
+    user: &dyn UserSimulator<T>,
+    greeting: &str,
     options: &Tau2Options,
-) -> Result<ConversationRecord> {
-    let started = Instant::now();
-    let mut env = domain.env_for_task(&task.id, trial as u64)?;
-    let mut messages = vec![Message::new(Role::Assistant, GREETING)];
+) -> Conversation {
+    let mut messages = vec![Message::new(Role::Assistant, greeting)];
     let mut errors = 0;
     let mut user_turn = true;
     let termination = loop {
@@ -204,6 +225,9 @@ pub fn run_conversation(
         };
         let parsed = parse_tool_calls(&text);
         messages.push(Message::new(Role::Assistant, text));
+        if options.agent_may_stop && parsed.content.contains(STOP) {
+            break Termination::AgentStop;
+        }
         let mut called = false;
         for call in &parsed.calls {
             match call {
@@ -222,7 +246,30 @@ pub fn run_conversation(
         // After tool results the agent goes on; after speaking, the user answers.
         user_turn = !called;
     };
+    Conversation {
+        messages,
+        termination,
+        tool_errors: errors,
+    }
+}
 
+/// Plays one conversation of `task` and grades it.
+pub fn run_conversation(
+    domain: &Arc<Tau2Domain>,
+    task: &Task,
+    trial: usize,
+    agent: &dyn Agent,
+    user: &dyn UserSimulator,
+    judge: Option<&dyn AssertionJudge>,
+    options: &Tau2Options,
+) -> Result<ConversationRecord> {
+    let started = Instant::now();
+    let mut env = domain.env_for_task(&task.id, trial as u64)?;
+    let Conversation {
+        messages,
+        termination,
+        tool_errors: errors,
+    } = converse(&mut env, task, trial, agent, user, GREETING, options);
     let report = evaluate(domain, task, &messages);
     let mut nl_assertions = Vec::new();
     let mut masked = None;
@@ -297,11 +344,12 @@ pub fn run_conversation(
     })
 }
 
-fn termination_text(termination: &Termination) -> String {
+pub(crate) fn termination_text(termination: &Termination) -> String {
     match termination {
         Termination::UserStop => "the user stopping".into(),
         Termination::Transfer => "a transfer".into(),
         Termination::OutOfScope => "the user going out of scope".into(),
+        Termination::AgentStop => "the agent stopping".into(),
         Termination::MaxSteps => "reaching the step limit".into(),
         Termination::TooManyErrors => "too many tool errors".into(),
         Termination::AgentFailed(why) => format!("the agent's endpoint failing ({why})"),
@@ -434,6 +482,18 @@ anything, and tell the user what you found and did.\n\n<policy>\n{policy}\n</pol
     )
 }
 
+/// A task a simulated user can play: what its system prompt says.
+pub trait UserBrief {
+    /// The user simulator's system prompt for this task.
+    fn user_system_prompt(&self) -> String;
+}
+
+impl UserBrief for Task {
+    fn user_system_prompt(&self) -> String {
+        user_system_prompt(self)
+    }
+}
+
 /// The user simulator's system prompt for a task's scenario.
 pub fn user_system_prompt(task: &Task) -> String {
     let scenario = &task.user_scenario;
@@ -484,16 +544,22 @@ pub struct EndpointAgent {
 impl EndpointAgent {
     /// An agent for `domain` behind `client`.
     pub fn new(client: ChatClient, domain: &Tau2Domain) -> Self {
-        let env_tools: Vec<Value> = domain
-            .tools()
-            .specs()
-            .iter()
-            .map(crate::env::ToolSpec::openai_schema)
-            .collect();
+        Self::with_prompt(
+            client,
+            agent_system_prompt(domain.policy()),
+            domain.tools().specs(),
+        )
+    }
+
+    /// An agent behind `client` with this system prompt and these tools.
+    pub fn with_prompt(client: ChatClient, system: String, tools: &[crate::env::ToolSpec]) -> Self {
         EndpointAgent {
             client,
-            system: agent_system_prompt(domain.policy()),
-            tools: env_tools,
+            system,
+            tools: tools
+                .iter()
+                .map(crate::env::ToolSpec::openai_schema)
+                .collect(),
             max_tokens: 512,
             temperature: 0.0,
         }
@@ -502,7 +568,12 @@ impl EndpointAgent {
     /// The request for the conversation so far: tool calls get ids `call_<message>_<k>` and
     /// each tool message answers the next unanswered call.
     pub fn request(&self, conversation: &[Message]) -> ChatRequest {
-        let mut messages = vec![ChatMsg::system(self.system.clone())];
+        self.request_as(&self.system, conversation)
+    }
+
+    /// [`EndpointAgent::request`] with another system prompt (one made for the task).
+    pub fn request_as(&self, system: &str, conversation: &[Message]) -> ChatRequest {
+        let mut messages = vec![ChatMsg::system(system.to_owned())];
         let mut pending: std::collections::VecDeque<String> = Default::default();
         for (idx, message) in conversation.iter().enumerate() {
             match message.role {
@@ -563,6 +634,22 @@ pub fn reply_text(content: &str, calls: &[ToolCallOut]) -> String {
     text
 }
 
+impl EndpointAgent {
+    /// The endpoint's next message for a request, in the engine's form (`trial` seeds it).
+    pub fn reply(
+        &self,
+        mut request: ChatRequest,
+        trial: usize,
+    ) -> std::result::Result<String, String> {
+        request.seed = Some(trial as u64);
+        let reply = self
+            .client
+            .complete(&request)
+            .map_err(|f| format!("{f:?}"))?;
+        Ok(reply_text(&reply.content, &reply.tool_calls))
+    }
+}
+
 impl Agent for EndpointAgent {
     fn respond(
         &self,
@@ -570,13 +657,7 @@ impl Agent for EndpointAgent {
         trial: usize,
         conversation: &[Message],
     ) -> std::result::Result<String, String> {
-        let mut request = self.request(conversation);
-        request.seed = Some(trial as u64);
-        let reply = self
-            .client
-            .complete(&request)
-            .map_err(|f| format!("{f:?}"))?;
-        Ok(reply_text(&reply.content, &reply.tool_calls))
+        self.reply(self.request(conversation), trial)
     }
 }
 
@@ -602,8 +683,12 @@ impl EndpointUser {
     }
 
     /// The user simulator's request for the conversation so far.
-    pub fn request(&self, task: &Task, conversation: &[Message]) -> ChatRequest {
-        let mut messages = vec![ChatMsg::system(user_system_prompt(task))];
+    pub fn request(
+        &self,
+        task: &(impl UserBrief + ?Sized),
+        conversation: &[Message],
+    ) -> ChatRequest {
+        let mut messages = vec![ChatMsg::system(task.user_system_prompt())];
         for message in conversation {
             match message.role {
                 Role::Assistant => {
@@ -623,10 +708,10 @@ impl EndpointUser {
     }
 }
 
-impl UserSimulator for EndpointUser {
+impl<T: UserBrief + ?Sized> UserSimulator<T> for EndpointUser {
     fn respond(
         &self,
-        task: &Task,
+        task: &T,
         trial: usize,
         conversation: &[Message],
     ) -> std::result::Result<String, String> {

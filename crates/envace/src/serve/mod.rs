@@ -55,6 +55,18 @@ use worker::{Job, run_worker};
 mod model;
 mod reply;
 mod request;
+
+/// OpenAI-format `messages` (a JSON array) as chat messages, read as the server reads a request:
+/// field by field, `developer` as `system`, a call's arguments as a JSON text or an object. An
+/// error names the field (`messages[2].tool_calls[0].function.name: …`).
+pub fn openai_messages(
+    messages: &serde_json::Value,
+) -> std::result::Result<Vec<crate::openai::ChatMsg>, String> {
+    request::parse_messages(Some(messages)).map_err(|e| match e.param {
+        Some(param) => format!("{param}: {}", e.message),
+        None => e.message,
+    })
+}
 mod worker;
 
 /// How the server batches and bounds requests.

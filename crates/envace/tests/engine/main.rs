@@ -34,4 +34,6 @@ mod store;
 mod tasks;
 mod tau2;
 mod tokenize;
+mod toolmetrics;
 mod train;
+mod vita;

@@ -83,57 +83,7 @@ pub fn py_in(value: &Value, items: &[Value]) -> bool {
 }
 
 /// Python's `repr` of a decoded JSON value, for the checker's messages.
-pub fn py_repr(value: &Value) -> String {
-    match value {
-        Value::String(s) => {
-            let quote = if s.contains('\'') && !s.contains('"') {
-                '"'
-            } else {
-                '\''
-            };
-            let mut out = String::with_capacity(s.len() + 2);
-            out.push(quote);
-            for c in s.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '\n' => out.push_str("\\n"),
-                    '\t' => out.push_str("\\t"),
-                    '\r' => out.push_str("\\r"),
-                    c if c == quote => {
-                        out.push('\\');
-                        out.push(c);
-                    }
-                    c => out.push(c),
-                }
-            }
-            out.push(quote);
-            out
-        }
-        Value::Number(n) if n.is_f64() => {
-            let x = n.as_f64().unwrap_or(f64::NAN);
-            if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e16 {
-                format!("{x:.1}")
-            } else {
-                format!("{x}")
-            }
-        }
-        Value::Number(n) => n.to_string(),
-        Value::Bool(true) => "True".to_owned(),
-        Value::Bool(false) => "False".to_owned(),
-        Value::Null => "None".to_owned(),
-        Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(py_repr).collect();
-            format!("[{}]", inner.join(", "))
-        }
-        Value::Object(map) => {
-            let inner: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}: {}", py_repr(&Value::String(k.clone())), py_repr(v)))
-                .collect();
-            format!("{{{}}}", inner.join(", "))
-        }
-    }
-}
+pub use crate::env::pyjson::repr as py_repr;
 
 /// BFCL's string standardisation: drop spaces and `,./-_*^`, lower-case, and read single
 /// quotes as double quotes (so `April 1, 2024` matches `april 1 2024`).

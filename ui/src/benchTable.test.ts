@@ -1,7 +1,7 @@
 // Unit tests of the public-benchmark table and the task-record reading of the drill-down.
 import { describe, expect, it } from "vitest";
 import type { EvalSeries } from "./bindings";
-import { percent, scoreTable, taskDetail } from "./benchTable";
+import { percent, rehearsalOf, scoreTable, taskDetail } from "./benchTable";
 
 const series = (benchmark: string, metric: string, steps: number[], values: (number | null)[], category = "all"): EvalSeries => ({
   benchmark, category, metric, steps, values, n_tasks: steps.map(() => 50),
@@ -18,12 +18,13 @@ describe("score table", () => {
       series("vita_delivery", "pass@1", [8], [0.1]),
       series("vita_delivery", "avg@1", [8], [0.1]),
       series("tools_finance", "f1_macro", [8], [0.9]),
+      series("tau2_airline@parallel:4", "pass^1", [8], [0.6]),
       series("tools_finance", "f1_macro", [8], [0.5], "scenario:stock"),
       series("generated_test", "score", [2, 4, 8], [0.1, 0.2, 0.3]),
       series("bfcl_parallel", "accuracy", [4], [0.9], "python"),
     ]);
     expect(table.steps).toEqual([4, 8]);
-    expect(table.columns.map((c) => `${c.family}/${c.label}`)).toEqual(["BFCL/multiple", "BFCL/simple_python", "τ²-bench/airline", "VitaBench/delivery", "Tool calls/finance"]);
+    expect(table.columns.map((c) => `${c.family}/${c.label}`)).toEqual(["BFCL/multiple", "BFCL/simple_python", "τ²-bench/airline", "τ²-bench/airline@parallel:4", "VitaBench/delivery", "Tool calls/finance"]);
     expect(table.columns[0].values).toEqual([null, 0.3]);
     expect(table.familyMeans).toEqual([
       { family: "BFCL", values: [0.5, 0.5] },
@@ -31,6 +32,8 @@ describe("score table", () => {
       { family: "VitaBench", values: [null, 0.1] },
       { family: "Tool calls", values: [null, 0.9] },
     ]);
+    expect(rehearsalOf("airline@parallel:4")).toBe("parallel:4");
+    expect(rehearsalOf("airline")).toBeNull();
     expect(table.overall[0]).toBeCloseTo(0.5);
     expect(table.overall[1]).toBeCloseTo((0.5 + 0.2 + 0.1) / 3);
   });

@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail};
 use envace::config::EndpointConfig;
 use envace::env::tau2::{DomainKind, Task, Tau2Domain};
 use envace::eval::bfcl::{self, NameStyle, run::RunOptions};
+use envace::eval::convrehearsal::{RehearsalBudget, RehearsingAgent};
 use envace::eval::tau2::{self, EndpointAgent, EndpointJudge, EndpointUser, Tau2Options};
 use envace::openai::ChatClient;
 use envace::serve::{LoadedModel, ServeOptions, serve};
@@ -283,6 +284,26 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             "--prompting reads calls written as Python; bfcl:{category} expects Java or JavaScript arguments, so run it without --prompting"
         );
     }
+    let rehearsal = match &args.rehearsal {
+        Some(text) => {
+            Some(RehearsalBudget::parse(text).map_err(|why| anyhow::anyhow!("--rehearsal {why}"))?)
+        }
+        None => None,
+    };
+    if rehearsal.is_some()
+        && let Some(bench) = benches
+            .iter()
+            .find(|b| matches!(b, Bench::Bfcl(_) | Bench::Tools(_)))
+    {
+        let item = match bench {
+            Bench::Bfcl(c) => format!("bfcl:{c}"),
+            Bench::Tools(n) => format!("tools:{n}"),
+            _ => String::new(),
+        };
+        bail!(
+            "--rehearsal: {item} has no environment to rehearse against (single-turn calls); test-time rehearsal runs on tau2:… and vita:…"
+        );
+    }
     let has_tau2 = benches.iter().any(|b| matches!(b, Bench::Tau2(_)));
     let has_vita = benches.iter().any(|b| matches!(b, Bench::Vita(_)));
     if has_tau2 || has_vita {
@@ -447,6 +468,9 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         prompting: args.prompting,
     };
 
+    // Test-time rehearsal: its setting names the scores (`tau2_airline@parallel:4`), so they
+    // sit beside the plain ones instead of replacing them.
+    let suffix = rehearsal.map_or(String::new(), |b| format!("@{}", b.label()));
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -536,10 +560,26 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             ..Tau2Options::default()
         };
         for (domain, tasks) in &tau2_suites {
-            let name = domain.kind().as_str();
+            let name = format!("{}{suffix}", domain.kind().as_str());
+            let name = name.as_str();
             let mut agent = EndpointAgent::new(agent_client.clone(), domain);
             agent.max_tokens = args.max_tokens;
             agent.temperature = args.temperature;
+            let policy = domain.policy().to_owned();
+            let system = move |_: &Task| tau2::agent_system_prompt(&policy);
+            let rehearsing = rehearsal.map(|budget| {
+                RehearsingAgent::new(
+                    &agent,
+                    &agent_client,
+                    &system,
+                    domain.tools().specs(),
+                    budget,
+                )
+            });
+            let acting: &dyn tau2::Agent = match &rehearsing {
+                Some(r) => r,
+                None => &agent,
+            };
             let bar = progress_bar(
                 tasks.len() * args.trials,
                 format!("tau2:{name}"),
@@ -549,7 +589,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             let (score, records) = tau2::run_domain(
                 domain,
                 tasks,
-                &agent,
+                acting,
                 &user,
                 judge.as_ref().map(|j| j as &dyn tau2::AssertionJudge),
                 &tau2_options,
@@ -639,6 +679,15 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         let mut agent = VitaAgent::new(agent_client.clone());
         agent.0.max_tokens = args.max_tokens;
         agent.0.temperature = args.temperature;
+        let tools = envace::env::vita::delivery_tool_specs();
+        let system = |task: &envace::env::vita::VitaTask| vita::agent_system_prompt(task);
+        let rehearsing = rehearsal
+            .map(|budget| RehearsingAgent::new(&agent.0, &agent_client, &system, &tools, budget));
+        let acting: &dyn tau2::Agent<envace::env::vita::VitaTask> = match &rehearsing {
+            Some(r) => r,
+            None => &agent,
+        };
+        let domain = &format!("{domain}{suffix}");
         let options = Tau2Options {
             trials: args.trials,
             max_steps: args.max_steps.unwrap_or(300),
@@ -653,7 +702,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         let (score, records) = vita::run_domain(
             domain,
             tasks,
-            &agent,
+            acting,
             &user,
             judge.as_ref().map(|j| j as &dyn vita::RubricJudge),
             &options,

@@ -214,6 +214,12 @@ struct EvalArgs {
     /// τ²-bench: the task split (base = every task, train, test).
     #[arg(long, value_name = "NAME", default_value = "base")]
     split: String,
+    /// τ²-bench and VitaBench: test-time private rehearsal, parallel:N or sequential:N imagined
+    /// attempts before each agent turn, in which the evaluated model plays the tools itself
+    /// (nothing else is asked); the scores are stored as `<benchmark>@parallel:N`, beside the
+    /// plain ones.
+    #[arg(long, value_name = "STYLE:N")]
+    rehearsal: Option<String>,
     /// Sampling temperature of the evaluated model and the user simulator (each trial has
     /// its own seed).
     #[arg(long, value_name = "T", default_value_t = 0.0)]

@@ -691,6 +691,25 @@ fn tau2_options_are_checked_before_any_model_is_loaded() {
             vec!["--user-endpoint", "self", "--max-steps", "2"],
             "--max-steps 2",
         ),
+        (
+            vec!["--user-endpoint", "self", "--rehearsal", "greedy:2"],
+            "--rehearsal \"greedy:2\": the style \"greedy\" is not parallel or sequential",
+        ),
+        (
+            vec!["--user-endpoint", "self", "--rehearsal", "parallel:0"],
+            "N must be a whole number from 1",
+        ),
+        (
+            vec![
+                "--user-endpoint",
+                "self",
+                "--rehearsal",
+                "parallel:2",
+                "--bench",
+                "bfcl:simple_python",
+            ],
+            "--rehearsal: bfcl:simple_python has no environment to rehearse against",
+        ),
     ] {
         let mut all = vec![
             "eval",

@@ -7,6 +7,7 @@
 //! side by side through [`run_concurrently`].
 
 pub mod bfcl;
+pub mod convrehearsal;
 pub mod episodes;
 pub mod heldout;
 pub mod rehearsal;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 mod conversation;
+mod rehearsal;
 mod tools;
 
 use std::path::{Path, PathBuf};

@@ -2,8 +2,10 @@
 //! their task records — the score table (BFCL categories, a τ²-bench domain, their means and the
 //! overall mean per checkpoint) and the drill-down from a score to its failing tasks, with the
 //! checker's reason and the model's calls beside the expected ones, or a conversation's
-//! grade. The records are real: BFCL outputs scored by the engine's AST checker and a τ²
-//! conversation run and graded by the engine's evaluator.
+//! grade. The records are real: BFCL outputs scored by the engine's AST checker, and a τ² and
+//! a VitaBench conversation run and graded by the engine's evaluators. A column evaluated with
+//! test-time rehearsal sits beside the plain one, the scores are charted over checkpoints, and
+//! the Compare tab shows two runs' tables side by side.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,8 +13,10 @@ use std::time::Duration;
 
 use envace::chat::{Message, Role};
 use envace::env::tau2::{DomainKind, Task, Tau2Domain};
+use envace::env::vita::{VitaTask, load_tasks};
 use envace::eval::bfcl::{self, NameStyle};
 use envace::eval::tau2::{Agent, STOP, Tau2Options, UserSimulator, run_conversation};
+use envace::eval::vita::{RubricJudge, RubricState};
 use envace::store::{Batch, EvalRow, EvalTaskRow, Store};
 use serde_json::{Value, json};
 
@@ -88,6 +92,67 @@ impl UserSimulator for AskOnce {
     }
 }
 
+/// Offers to order, then the user ends the call.
+struct OffersOnly;
+
+impl Agent<VitaTask> for OffersOnly {
+    fn respond(&self, _: &VitaTask, _: usize, _: &[Message]) -> Result<String, String> {
+        Ok("I can order rice noodles from Jintugo for you.".into())
+    }
+}
+
+struct StatesGoal;
+
+impl UserSimulator<VitaTask> for StatesGoal {
+    fn respond(&self, task: &VitaTask, _: usize, c: &[Message]) -> Result<String, String> {
+        Ok(if c.len() == 1 {
+            task.instructions.clone()
+        } else {
+            format!("Never mind. {STOP}")
+        })
+    }
+}
+
+/// Finds the first rubric met and no other.
+struct FirstRubricOnly;
+
+impl RubricJudge for FirstRubricOnly {
+    fn update(
+        &self,
+        _: &VitaTask,
+        _: &[Message],
+        _: usize,
+        _: (usize, usize),
+        states: &[RubricState],
+    ) -> Result<Vec<RubricState>, String> {
+        Ok(states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| RubricState {
+                met: i == 0,
+                justification: if i == 0 {
+                    "[3] the store offers dine-in".into()
+                } else {
+                    String::new()
+                },
+                ..s.clone()
+            })
+            .collect())
+    }
+}
+
+fn eval_row(step: u64, benchmark: &str, metric: &str, value: f64) -> EvalRow {
+    EvalRow {
+        step,
+        benchmark: benchmark.into(),
+        category: "all".into(),
+        metric: metric.into(),
+        value,
+        n_tasks: 1,
+        wall_time: 1.0,
+    }
+}
+
 #[test]
 fn benchmark_scores_drill_down_to_failing_tasks() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,6 +175,16 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
     )
     .unwrap();
     assert_eq!(record.reward, Some(0.0), "{}", record.reason);
+    let vita_tasks = load_tasks(&data().join("vitabench/delivery/tasks_en.json")).unwrap();
+    let vita = envace::eval::vita::run_conversation(
+        &vita_tasks[0],
+        0,
+        &OffersOnly,
+        &StatesGoal,
+        Some(&FirstRubricOnly),
+        &Tau2Options::default(),
+    );
+    assert_eq!(vita.reward, Some(0.0), "{}", vita.reason);
 
     for (step, wrong) in [(4u64, true), (8, false)] {
         let (rows, accuracy) = bfcl_rows(step, wrong);
@@ -143,9 +218,36 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
                 reason: record.reason.clone(),
                 data: serde_json::to_value(&record).unwrap(),
             });
+            batch
+                .evals
+                .push(eval_row(step, "tau2_airline@parallel:2", "pass^1", 1.0));
+            batch
+                .evals
+                .push(eval_row(step, "vita_delivery", "pass@1", 0.0));
+            batch.eval_tasks.push(EvalTaskRow {
+                step,
+                benchmark: "vita_delivery".into(),
+                task_id: vita.task_id.clone(),
+                trial: 0,
+                score: vita.reward,
+                reason: vita.reason.clone(),
+                data: serde_json::to_value(&vita).unwrap(),
+            });
         }
         store.write_evaluation(&batch).unwrap();
     }
+    // A second run for the Compare tab.
+    let other = store
+        .create_run("smollm2-b", super::training::TINY)
+        .unwrap();
+    let mut batch = Batch::new(other);
+    batch
+        .evals
+        .push(eval_row(2, "bfcl_simple_python", "accuracy", 0.5));
+    batch
+        .evals
+        .push(eval_row(2, "vita_delivery", "pass@1", 0.25));
+    store.write_evaluation(&batch).unwrap();
     drop(store);
 
     let config = dir.path().join("tiny.toml");
@@ -164,12 +266,15 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
     for cell in [
         "BFCL",
         "τ²-bench",
+        "VitaBench",
         "simple_python",
         "airline",
+        "airline@parallel:2",
+        "delivery",
         "overall",
         "66.7%",
         "100.0%",
-        "50.0%",
+        "33.3%",
     ] {
         assert!(table.contains(cell), "{cell} in {table}");
     }
@@ -179,15 +284,31 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
             json!([]),
         )
         .unwrap();
-    // Rows: step, simple_python, BFCL mean, airline, τ² mean, overall.
+    // Rows: step, simple_python, BFCL mean, airline, airline@parallel:2, τ² mean (plain
+    // columns only), delivery, VitaBench mean, overall (over the family means).
     assert_eq!(
         cells,
         json!([
-            ["4", "66.7%", "66.7%", "–", "–", "66.7%"],
-            ["8", "100.0%", "100.0%", "0.0%", "0.0%", "50.0%"]
+            ["4", "66.7%", "66.7%", "–", "–", "–", "–", "–", "66.7%"],
+            [
+                "8", "100.0%", "100.0%", "0.0%", "100.0%", "0.0%", "0.0%", "0.0%", "33.3%"
+            ]
         ])
     );
-    studio.shot("studio-benchmarks", Some("#score-table"));
+    // The same scores over checkpoints: 4 columns, 3 family means and the overall, 11 points.
+    s.wait_for(
+        "the chart of scores over checkpoints",
+        "const c = document.getElementById('chart-benchview'); return c && Number(c.dataset.points) === 11 && c.querySelector('canvas') !== null",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let legend = s.text("#chart-benchview .u-legend").unwrap();
+    assert!(
+        legend.contains("VitaBench/delivery") && legend.contains("overall"),
+        "{legend}"
+    );
+    studio.shot("studio-benchmarks", Some("#benchview-table"));
+    studio.shot("studio-benchmarks-chart", Some("#chart-benchview"));
 
     // The 66.7% at step 4 opens its tasks: the wrong one, with the checker's reason.
     s.click("#score-table button[data-benchmark='bfcl_simple_python'][data-step='4']")
@@ -281,4 +402,86 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
         ])
     );
     studio.shot("studio-benchmarks-tau2-task", Some("#task-detail"));
+
+    // The VitaBench score opens its conversation, with each rubric's verdict.
+    s.click("#score-table button[data-benchmark='vita_delivery'][data-step='8']")
+        .unwrap();
+    let task = format!("#task-table .task-row[data-task='{}']", vita.task_id);
+    s.wait_for(
+        "the VitaBench task",
+        &format!("return document.querySelector(\"{task}\") !== null"),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    s.click(&format!("{task} td")).unwrap();
+    let facts = s
+        .wait_for(
+            "the rubric verdicts",
+            "const f = document.querySelector('#task-detail .facts'); return f && f.innerText.includes('rubric') && f.innerText",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let facts = facts.as_str().unwrap();
+    assert!(facts.contains("✓ The rice noodle restaurant must support Dine-in available ([3] the store offers dine-in)"), "{facts}");
+    assert!(facts.contains("✗ "), "{facts}");
+    studio.shot("studio-benchmarks-vita-task", Some("#task-detail"));
+
+    // Compare: both runs' tables side by side, each at its latest evaluated checkpoint.
+    s.click("#tab-compare").unwrap();
+    s.wait_for(
+        "the run list",
+        "return document.querySelectorAll('#compare-runs input.run-box').length === 2",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    for id in [run.0, other.0] {
+        let box_ = format!("#compare-runs input.run-box[value='{id}']");
+        let ticked: Value = s
+            .script(
+                &format!("return document.querySelector(\"{box_}\").checked"),
+                json!([]),
+            )
+            .unwrap();
+        if ticked != json!(true) {
+            s.click(&box_).unwrap();
+        }
+    }
+    s.click("#compare-button").unwrap();
+    let rows = s
+        .wait_for(
+            "the compared benchmark tables",
+            "const rows = [...document.querySelectorAll('#compare-bench-table tr')].slice(2); return rows.length === 2 && rows.map(r => [...r.cells].map(c => c.innerText))",
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(
+        rows,
+        json!([
+            [
+                format!("run {} · smollm2-eval", run.0),
+                "8",
+                "100.0%",
+                "100.0%",
+                "0.0%",
+                "100.0%",
+                "0.0%",
+                "0.0%",
+                "0.0%",
+                "33.3%"
+            ],
+            [
+                format!("run {} · smollm2-b", other.0),
+                "2",
+                "50.0%",
+                "50.0%",
+                "–",
+                "–",
+                "–",
+                "25.0%",
+                "25.0%",
+                "37.5%"
+            ]
+        ])
+    );
+    studio.shot("studio-compare-benchmarks", Some("#compare-bench-table"));
 }

@@ -1,7 +1,7 @@
 // Unit tests of the public-benchmark table and the task-record reading of the drill-down.
 import { describe, expect, it } from "vitest";
 import type { EvalSeries } from "./bindings";
-import { percent, rehearsalOf, scoreTable, taskDetail } from "./benchTable";
+import { compareTable, percent, rehearsalOf, scoreTable, tableCurves, taskDetail } from "./benchTable";
 
 const series = (benchmark: string, metric: string, steps: number[], values: (number | null)[], category = "all"): EvalSeries => ({
   benchmark, category, metric, steps, values, n_tasks: steps.map(() => 50),
@@ -36,6 +36,26 @@ describe("score table", () => {
     expect(rehearsalOf("airline")).toBeNull();
     expect(table.overall[0]).toBeCloseTo(0.5);
     expect(table.overall[1]).toBeCloseTo((0.5 + 0.2 + 0.1) / 3);
+  });
+  it("draws each column, family mean and the overall over checkpoints", () => {
+    const table = scoreTable([series("bfcl_multiple", "accuracy", [4, 8], [0.25, 0.5]), series("tau2_retail", "pass^1", [8], [0.1])]);
+    const curves = tableCurves(table);
+    expect(curves.map((c) => c.key)).toEqual(["BFCL/multiple", "τ²-bench/retail", "BFCL mean", "τ²-bench mean", "overall"]);
+    expect(curves[1]).toEqual({ key: "τ²-bench/retail", steps: [4, 8], values: [null, 0.1] });
+    expect(curves[4].values[1]).toBeCloseTo(0.3);
+  });
+  it("compares runs at their latest evaluated checkpoints", () => {
+    const compared = compareTable([
+      { label: "run 1", series: [series("bfcl_multiple", "accuracy", [4, 8], [0.25, 0.5]), series("vita_delivery", "pass@1", [8], [0.2])] },
+      { label: "run 2", series: [series("bfcl_multiple", "accuracy", [2], [0.75]), series("tau2_retail", "pass^1", [2], [0.4])] },
+      { label: "run 3", series: [] },
+    ]);
+    expect(compared.columns.map((c) => c.benchmark)).toEqual(["bfcl_multiple", "tau2_retail", "vita_delivery"]);
+    expect(compared.families).toEqual(["BFCL", "τ²-bench", "VitaBench"]);
+    expect(compared.rows[0]).toMatchObject({ label: "run 1", step: 8, values: [0.5, null, 0.2], familyMeans: [0.5, null, 0.2] });
+    expect(compared.rows[0].overall).toBeCloseTo(0.35);
+    expect(compared.rows[1]).toMatchObject({ step: 2, values: [0.75, 0.4, null] });
+    expect(compared.rows[2]).toEqual({ label: "run 3", step: null, values: [null, null, null], familyMeans: [null, null, null], overall: null });
   });
   it("is empty without public benchmarks", () => {
     const table = scoreTable([series("generated_test", "score", [2], [0.1])]);

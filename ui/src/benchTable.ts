@@ -86,7 +86,7 @@ export function scoreTable(series: EvalSeries[]): ScoreTable {
   // Scores with test-time rehearsal (`airline@parallel:4`) sit beside the plain ones; the
   // means are over the plain ones, as the paper's table is.
   const plain = columns.filter((c) => rehearsalOf(c.label) === null);
-  const familyMeans = FAMILIES.filter((f) => plain.some((c) => c.family === f.label)).map((f) => ({
+  const familyMeans = FAMILIES.filter((f) => columns.some((c) => c.family === f.label)).map((f) => ({
     family: f.label,
     values: steps.map((_, row) => mean(plain.filter((c) => c.family === f.label).map((c) => c.values[row]))),
   }));
@@ -98,6 +98,65 @@ export function scoreTable(series: EvalSeries[]): ScoreTable {
 /** A score as a percentage with one decimal, or a dash. */
 export function percent(value: number | null): string {
   return value === null || !Number.isFinite(value) ? "–" : `${(100 * value).toFixed(1)}%`;
+}
+
+/** The table's curves over checkpoints: each column, then each family's mean and the overall. */
+export function tableCurves(table: ScoreTable): { key: string; steps: number[]; values: (number | null)[] }[] {
+  const curve = (key: string, values: (number | null)[]) => ({ key, steps: table.steps, values });
+  return [
+    ...table.columns.map((c) => curve(`${c.family}/${c.label}`, c.values)),
+    ...table.familyMeans.map((m) => curve(`${m.family} mean`, m.values)),
+    curve("overall", table.overall),
+  ];
+}
+
+/** A column of the comparison of runs. */
+export interface CompareColumn {
+  family: string;
+  label: string;
+  benchmark: string;
+}
+
+/** A run's row in the comparison: its latest evaluated checkpoint's scores. */
+export interface CompareRow {
+  label: string;
+  /** The checkpoint shown, or null when the run has no public-benchmark scores. */
+  step: number | null;
+  /** One per column; null where the run has no score at that checkpoint. */
+  values: (number | null)[];
+  /** One per family of the comparison. */
+  familyMeans: (number | null)[];
+  overall: number | null;
+}
+
+/** The public-benchmark table of several runs: a row per run at its latest evaluated
+ * checkpoint, a column per benchmark any of them has, each family's mean and the overall. */
+export function compareTable(runs: { label: string; series: EvalSeries[] }[]): { columns: CompareColumn[]; families: string[]; rows: CompareRow[] } {
+  const tables = runs.map((r) => ({ label: r.label, table: scoreTable(r.series) }));
+  const columns: CompareColumn[] = [];
+  for (const { table } of tables) {
+    for (const c of table.columns) {
+      if (!columns.some((x) => x.benchmark === c.benchmark)) columns.push({ family: c.family, label: c.label, benchmark: c.benchmark });
+    }
+  }
+  const order = (family: string) => FAMILIES.findIndex((f) => f.label === family);
+  columns.sort((a, b) => order(a.family) - order(b.family) || a.label.localeCompare(b.label));
+  const families = FAMILIES.map((f) => f.label).filter((f) => columns.some((c) => c.family === f));
+  const rows = tables.map(({ label, table }) => {
+    const last = table.steps.length - 1;
+    const value = (benchmark: string) => {
+      const column = table.columns.find((c) => c.benchmark === benchmark);
+      return last < 0 || !column ? null : column.values[last];
+    };
+    return {
+      label,
+      step: last < 0 ? null : table.steps[last],
+      values: columns.map((c) => value(c.benchmark)),
+      familyMeans: families.map((f) => (last < 0 ? null : table.familyMeans.find((m) => m.family === f)?.values[last] ?? null)),
+      overall: last < 0 ? null : table.overall[last],
+    };
+  });
+  return { columns, families, rows };
 }
 
 /** One message of a drill-down. */

@@ -1,11 +1,14 @@
 // The Benchmarks tab: a run's public-benchmark scores as the paper's table (a row per evaluated
-// checkpoint; BFCL categories, τ²-bench domains, their means and the overall mean), and a
+// checkpoint; BFCL categories, τ²-bench and VitaBench domains, tool-call datasets, columns per
+// rehearsal setting, the families' means and the overall mean) with its curves over
+// checkpoints, and a
 // drill-down from a score to the tasks behind it: each task's score and the checker's reason,
 // failing ones first, and for a task its prompt or conversation with the model's calls beside
 // the expected ones (or the reward's components).
 
 import { commands, type EvalTaskView, type RunInfo, type StudioError } from "./bindings";
-import { percent, scoreTable, taskDetail, type ScoreTable } from "./benchTable";
+import { percent, scoreTable, tableCurves, taskDetail, type ScoreTable } from "./benchTable";
+import { ChartPanel } from "./charts";
 import { h } from "./dom";
 
 export class BenchmarkView {
@@ -13,6 +16,7 @@ export class BenchmarkView {
   private readonly table = h("div", { id: "benchview-table" });
   private readonly tasks = h("div", { id: "benchview-tasks" });
   private readonly message = h("div", { class: "message" });
+  private readonly chart = new ChartPanel("benchview", "Scores over checkpoints", (what, detail) => this.error({ what, detail, file: null, field: null }));
   private runs: RunInfo[] = [];
   private shown: { run: number; table: ScoreTable } | null = null;
 
@@ -26,10 +30,11 @@ export class BenchmarkView {
         h(
           "p",
           { class: "help" },
-          "Scores stored by `envace eval --run RUN --bench …` at each checkpoint: BFCL accuracy per category, τ²-bench pass^1 per domain. Click a score to see its tasks.",
+          "Scores stored by `envace eval --run RUN --bench …` at each checkpoint: BFCL accuracy per category, τ²-bench pass^1 per domain, VitaBench pass@1 (Avg@k) per domain, tool-call F1 per dataset; a column marked @parallel:N or @sequential:N was evaluated with test-time rehearsal. Click a score to see its tasks.",
         ),
         this.message,
         this.table,
+        this.chart.element,
         this.tasks,
       ),
     );
@@ -63,6 +68,7 @@ export class BenchmarkView {
     if (result.status === "error") return this.error(result.error);
     const table = scoreTable(result.data.series);
     this.shown = { run, table };
+    this.chart.setSeries(tableCurves(table));
     if (table.steps.length === 0) {
       this.table.replaceChildren(h("p", { class: "help", id: "benchview-empty" }, `Run ${run} has no public-benchmark scores yet.`));
       return;

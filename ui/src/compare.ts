@@ -23,6 +23,7 @@ import {
   type BandedSeries,
   type SeSeries,
 } from "./chartData";
+import { compareTable, percent } from "./benchTable";
 import { ChartPanel, xAxisSelect } from "./charts";
 import { renderDiff } from "./diffView";
 import { h } from "./dom";
@@ -65,6 +66,7 @@ export class CompareView {
   private readonly budgetChart = new ChartPanel("compare-budget", "Score vs imagined attempts at the checkpoint", this.onError, "N");
   private readonly arms = h("div", { id: "compare-arms", class: "chart-note" });
   private readonly table = h("table", { id: "compare-table", class: "data-table" });
+  private readonly benchTable = h("table", { id: "compare-bench-table", class: "data-table" });
   private readonly leftSelect = h("select", { id: "compare-left", "aria-label": "Left run" });
   private readonly rightSelect = h("select", { id: "compare-right", "aria-label": "Right run" });
   private readonly diff = h("pre", { id: "compare-diff", class: "diff" });
@@ -123,6 +125,9 @@ export class CompareView {
             { class: "chart-note", id: "compare-curves-note" },
             "pass@k comes with [eval].n_trials > 1, the rehearsal-budget curve (N = 0 is the plain evaluation) with [rehearsal].budget_curve, evaluated after the last step. An arm of one run is drawn ± its own standard error over tasks where one was stored.",
           ),
+          h("h3", {}, "Public benchmarks"),
+          h("p", { class: "help" }, "Each run at its latest evaluated checkpoint, as in the Benchmarks tab."),
+          h("div", { class: "table-scroll" }, this.benchTable),
           h("h3", {}, "Final values"),
           h("div", { class: "table-scroll" }, this.table),
           h("h3", {}, "Config diff"),
@@ -299,6 +304,38 @@ export class CompareView {
     }
     this.benchChart.setSeries(series, labels);
     this.drawCurves();
+    this.drawBenchTable();
+  }
+
+  /** The runs' public-benchmark scores side by side. */
+  private drawBenchTable(): void {
+    const runs = [...this.loaded.values()].sort((a, b) => a.run.id - b.run.id);
+    const compared = compareTable(runs.map((l) => ({ label: `run ${l.run.id} · ${l.run.name}`, series: l.evals })));
+    if (compared.columns.length === 0) {
+      this.benchTable.replaceChildren(h("tr", {}, h("td", {}, "No public-benchmark scores in these runs.")));
+      return;
+    }
+    const head1 = h("tr", {}, h("th", { rowspan: 2 }, "run"), h("th", { rowspan: 2 }, "step"));
+    const head2 = h("tr", {});
+    for (const family of compared.families) {
+      const columns = compared.columns.filter((c) => c.family === family);
+      head1.append(h("th", { colspan: columns.length + 1, class: "family" }, family));
+      for (const c of columns) head2.append(h("th", {}, c.label));
+      head2.append(h("th", { class: "mean" }, "mean"));
+    }
+    head1.append(h("th", { rowspan: 2, class: "mean" }, "overall"));
+    const rows = compared.rows.map((row) => {
+      const tr = h("tr", {}, h("td", {}, row.label), h("td", {}, row.step === null ? "–" : String(row.step)));
+      compared.families.forEach((family, f) => {
+        compared.columns.forEach((c, i) => {
+          if (c.family === family) tr.append(h("td", {}, percent(row.values[i])));
+        });
+        tr.append(h("td", { class: "mean" }, percent(row.familyMeans[f])));
+      });
+      tr.append(h("td", { class: "mean" }, percent(row.overall)));
+      return tr;
+    });
+    this.benchTable.replaceChildren(head1, head2, ...rows);
   }
 
   /** pass@k against k and score against the rehearsal budget N, per arm, at the picked checkpoint. */

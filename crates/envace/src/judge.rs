@@ -211,16 +211,23 @@ impl LlmJudge {
     }
 }
 
-/// Reads a judge's verdict strictly: a JSON object (optionally in a ```json fence) whose
-/// `verdicts` array has one `{"index", "met"}` per standard, indices 0.. in order.
-pub fn parse_verdict(text: &str, n_standards: usize) -> std::result::Result<Vec<bool>, String> {
-    let mut body = text.trim();
-    if let Some(rest) = body
+/// The text inside a Markdown code fence (```` ```json ```` or ```` ``` ````), trimmed; the
+/// trimmed text itself when it is not fenced.
+pub fn strip_code_fence(text: &str) -> &str {
+    let body = text.trim();
+    match body
         .strip_prefix("```json")
         .or_else(|| body.strip_prefix("```"))
     {
-        body = rest.trim().strip_suffix("```").unwrap_or(rest).trim();
+        Some(rest) => rest.trim().strip_suffix("```").unwrap_or(rest).trim(),
+        None => body,
     }
+}
+
+/// Reads a judge's verdict strictly: a JSON object (optionally in a ```json fence) whose
+/// `verdicts` array has one `{"index", "met"}` per standard, indices 0.. in order.
+pub fn parse_verdict(text: &str, n_standards: usize) -> std::result::Result<Vec<bool>, String> {
+    let body = strip_code_fence(text);
     let value: Value =
         serde_json::from_str(body).map_err(|e| format!("the verdict is not JSON ({e})"))?;
     let verdicts = value
@@ -328,6 +335,9 @@ mod tests {
     fn verdicts_parse_strictly() {
         let ok = "{\"verdicts\": [{\"index\": 0, \"met\": true, \"reason\": \"x\"}, {\"index\": 1, \"met\": false}]}";
         assert_eq!(parse_verdict(ok, 2), Ok(vec![true, false]));
+        assert_eq!(strip_code_fence(&format!(" ```json\n{ok}\n``` ")), ok);
+        assert_eq!(strip_code_fence(&format!("```\n{ok}```")), ok);
+        assert_eq!(strip_code_fence(ok), ok);
         assert_eq!(
             parse_verdict(&format!("```json\n{ok}\n```"), 2),
             Ok(vec![true, false])

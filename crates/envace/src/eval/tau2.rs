@@ -789,8 +789,10 @@ impl AssertionJudge for EndpointJudge {
             .complete(&request)
             .map_err(|f| format!("{f:?}"))?;
         let met = crate::judge::parse_verdict(&reply.content, assertions.len())?;
-        // The reasons are optional in the verdict; keep them when given.
-        let reasons: Vec<String> = serde_json::from_str::<Value>(reply.content.trim())
+        // The reasons are optional in the verdict; keep them when given (inside a code fence
+        // too, as `parse_verdict` reads it).
+        let body = crate::judge::strip_code_fence(&reply.content);
+        let reasons: Vec<String> = serde_json::from_str::<Value>(body)
             .ok()
             .and_then(|v| v.get("verdicts").and_then(Value::as_array).cloned())
             .map(|vs| {

@@ -217,7 +217,7 @@ fn budgets_and_memories_read_and_fit() {
         outcome: AttemptSummary::answer("Here it is."),
         answered: true,
     };
-    let full = memory_text(&[attempt.clone()], 10_000);
+    let full = memory_text(std::slice::from_ref(&attempt), 10_000);
     assert!(full.contains("{\"store_id\": \"S1\"}"));
     let small = memory_text(&[attempt.clone(), attempt], 400);
     assert!(small.chars().count() <= 400, "{}", small.chars().count());

@@ -958,3 +958,49 @@ mod tests {
         );
     }
 }
+
+/// The steps of a run's checkpoints, ascending (what an evaluation can load).
+#[tauri::command]
+#[specta::specta]
+pub async fn run_checkpoints(
+    state: State<'_, StudioState>,
+    run: i32,
+) -> Result<Vec<u32>, StudioError> {
+    let what = format!("Cannot read the checkpoints of run {run}");
+    let store = open_store(&state, &what)?;
+    let rows = store
+        .view()
+        .checkpoints(run_id(run))
+        .map_err(|err| StudioError::from_engine(&what, &err))?;
+    Ok(rows
+        .into_iter()
+        .map(|row| u32::try_from(row.step).unwrap_or(u32::MAX))
+        .collect())
+}
+
+/// Starts `envace eval` on a run's checkpoint or a model file; progress arrives as
+/// `eval-event` events, and the scores are stored in the studio's store when it is done.
+#[tauri::command]
+#[specta::specta]
+pub async fn start_eval(
+    app: tauri::AppHandle,
+    state: State<'_, StudioState>,
+    evaluation: State<'_, crate::evaluation::Evaluation>,
+    request: crate::evaluation::EvalRequest,
+) -> Result<(), StudioError> {
+    evaluation.start(app, &request, &state.store_path)
+}
+
+/// Stops the running evaluation (nothing of it is stored); whether one ran.
+#[tauri::command]
+#[specta::specta]
+pub fn stop_eval(evaluation: State<'_, crate::evaluation::Evaluation>) -> bool {
+    evaluation.stop()
+}
+
+/// Whether an evaluation runs (for a window that opens while one does).
+#[tauri::command]
+#[specta::specta]
+pub fn active_eval(evaluation: State<'_, crate::evaluation::Evaluation>) -> bool {
+    evaluation.running()
+}

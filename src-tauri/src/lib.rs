@@ -3,6 +3,7 @@
 pub mod commands;
 pub mod contract;
 pub mod endpoint_check;
+pub mod evaluation;
 pub mod secrets;
 pub mod training;
 
@@ -55,8 +56,15 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::pick_path,
             commands::store_api_key,
             commands::forget_api_key,
+            commands::run_checkpoints,
+            commands::start_eval,
+            commands::stop_eval,
+            commands::active_eval,
         ])
-        .events(tauri_specta::collect_events![contract::TrainingEvent])
+        .events(tauri_specta::collect_events![
+            contract::TrainingEvent,
+            evaluation::EvalEvent
+        ])
         // What a job records (metric keys with labels, units and charts; evaluation categories):
         // the charts draw what the engine declares instead of copies of its strings.
         .constant("METRIC_CATALOGUE", envace::metrics::CATALOGUE)
@@ -116,9 +124,13 @@ pub fn run(state: StudioState) -> Result<(), tauri::Error> {
         .plugin(tauri_plugin_dialog::init())
         .manage(state)
         .manage(training::Training::default())
+        .manage(evaluation::Evaluation::default())
         .invoke_handler(builder.invoke_handler())
         .on_window_event(|window, event| {
             if let tauri::WindowEvent::CloseRequested { api, .. } = event {
+                // A running evaluation is stopped: it stores nothing until it is done.
+                use tauri::Manager as _;
+                window.state::<evaluation::Evaluation>().stop();
                 close_after_training(window, api);
             }
         })

@@ -6,6 +6,7 @@ mod analysis;
 mod benchmarks;
 mod close;
 mod endpoints;
+mod evaluate;
 mod pickers;
 mod training;
 

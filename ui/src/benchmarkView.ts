@@ -10,6 +10,7 @@ import { commands, type EvalTaskView, type RunInfo, type StudioError } from "./b
 import { percent, scoreTable, tableCurves, taskDetail, type ScoreTable } from "./benchTable";
 import { ChartPanel } from "./charts";
 import { h } from "./dom";
+import { EvalRunner } from "./evalRunner";
 
 export class BenchmarkView {
   private readonly runSelect = h("select", { id: "benchview-run", "aria-label": "Run" });
@@ -17,6 +18,10 @@ export class BenchmarkView {
   private readonly tasks = h("div", { id: "benchview-tasks" });
   private readonly message = h("div", { class: "message" });
   private readonly chart = new ChartPanel("benchview", "Scores over checkpoints", (what, detail) => this.error({ what, detail, file: null, field: null }));
+  private readonly runner = new EvalRunner(
+    (error) => this.error(error),
+    (run) => void this.show(run ?? undefined),
+  );
   private runs: RunInfo[] = [];
   private shown: { run: number; table: ScoreTable } | null = null;
 
@@ -32,6 +37,7 @@ export class BenchmarkView {
           { class: "help" },
           "Scores stored by `envace eval --run RUN --bench …` at each checkpoint: BFCL accuracy per category, τ²-bench pass^1 per domain, VitaBench pass@1 (Avg@k) per domain, tool-call F1 per dataset; a column marked @parallel:N or @sequential:N was evaluated with test-time rehearsal. Click a score to see its tasks.",
         ),
+        this.runner.element,
         this.message,
         this.table,
         this.chart.element,
@@ -53,7 +59,8 @@ export class BenchmarkView {
     this.runSelect.replaceChildren(...this.runs.map((r) => h("option", { value: String(r.id) }, `${r.id} · ${r.name}`)));
     const pick = run ?? this.shown?.run ?? this.runs[this.runs.length - 1]?.id;
     if (pick === undefined) {
-      this.table.replaceChildren(h("p", { class: "help" }, "No runs yet."));
+      this.table.replaceChildren(h("p", { class: "help" }, "No runs yet: evaluate a model file."));
+      void this.runner.setRun(null);
       return;
     }
     this.runSelect.value = String(pick);
@@ -61,6 +68,7 @@ export class BenchmarkView {
   }
 
   private async load(run: number): Promise<void> {
+    void this.runner.setRun(run);
     this.message.className = "message";
     this.message.textContent = "";
     this.tasks.replaceChildren();

@@ -95,10 +95,22 @@ export const commands = {
 	storeApiKey: (name: string, key: string) => typedError<null, StudioError>(__TAURI_INVOKE("store_api_key", { name, key })),
 	/**  Removes the API key stored under `name`; `false` when none was stored. */
 	forgetApiKey: (name: string) => typedError<boolean, StudioError>(__TAURI_INVOKE("forget_api_key", { name })),
+	/**  The steps of a run's checkpoints, ascending (what an evaluation can load). */
+	runCheckpoints: (run: number) => typedError<number[], StudioError>(__TAURI_INVOKE("run_checkpoints", { run })),
+	/**
+	 *  Starts `envace eval` on a run's checkpoint or a model file; progress arrives as
+	 *  `eval-event` events, and the scores are stored in the studio's store when it is done.
+	 */
+	startEval: (request: EvalRequest) => typedError<null, StudioError>(__TAURI_INVOKE("start_eval", { request })),
+	/**  Stops the running evaluation (nothing of it is stored); whether one ran. */
+	stopEval: () => __TAURI_INVOKE<boolean>("stop_eval"),
+	/**  Whether an evaluation runs (for a window that opens while one does). */
+	activeEval: () => __TAURI_INVOKE<boolean>("active_eval"),
 };
 
 /** Events */
 export const events = {
+	evalEvent: makeEvent<EvalEvent, EvalEvent>("eval-event"),
 	trainingEvent: makeEvent<TrainingEvent, TrainingEvent>("training-event"),
 };
 
@@ -218,6 +230,48 @@ export type EpisodeView = {
 	messages: MessageView[],
 	/**  The assistant turns with their calls. */
 	turns: TurnView[],
+};
+
+/**  What the evaluation job tells the window, as the `eval-event` event. */
+export type EvalEvent = 
+/**  The child started, with its command line. */
+{ kind: "started"; command: string } | 
+/**  One benchmark's progress. */
+{ kind: "progress"; bench: string; done: number; total: number } | 
+/**  A line of its output (scores, reasons, notes). */
+{ kind: "line"; text: string } | 
+/**
+ *  It ended: `ok` when it stored its scores; `stopped` when Stop ended it; the run its
+ *  scores went to, when known.
+ */
+{ kind: "finished"; ok: boolean; stopped: boolean; message: string; run: number | null };
+
+/**  What to evaluate, as the Benchmarks tab sends it. */
+export type EvalRequest = {
+	/**  A run whose checkpoint to evaluate (its scores are stored with it)… */
+	run: number | null,
+	/**  …at this step (its latest checkpoint when absent); */
+	step: number | null,
+	/**
+	 *  or a model file or folder, whose scores are stored as an evaluation run named
+	 *  `record_as`.
+	 */
+	model: string | null,
+	record_as: string | null,
+	/**  `bfcl:simple_python`, `tau2:airline`, `vita:delivery`, … */
+	benches: string[],
+	/**  The folder holding the benchmarks' data. */
+	data: string,
+	/**  Only the first N tasks of each benchmark. */
+	limit: number | null,
+	/**  τ²-bench and VitaBench: the user simulator's endpoint (`self`: the evaluated model). */
+	user_endpoint: string | null,
+	/**  τ²-bench NL assertions and VitaBench rubrics: the judge's endpoint (`self` allowed). */
+	judge_endpoint: string | null,
+	/**  `parallel:N` or `sequential:N`: test-time rehearsal before each agent turn. */
+	rehearsal: string | null,
+	/**  Conversations per task. */
+	trials: number | null,
 };
 
 /**  One benchmark metric of a run over its evaluated checkpoints. */

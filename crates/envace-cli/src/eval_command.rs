@@ -211,7 +211,44 @@ fn client(url: &str, model: &str) -> Result<ChatClient> {
     })?)
 }
 
-fn progress_bar(len: usize, prefix: String, unit: &str) -> ProgressBar {
+/// A benchmark's progress: a bar on a terminal, and with `--progress-json` one JSON line on
+/// stderr per item done, `{"bench": …, "done": …, "total": …}` (what the studio reads).
+struct Progress {
+    bar: ProgressBar,
+    label: String,
+    total: usize,
+    json: bool,
+    /// The largest count shown so far.
+    shown: std::sync::Mutex<usize>,
+}
+
+impl Progress {
+    fn set(&self, done: usize) {
+        // Workers report side by side: a count that arrives after a larger one says nothing
+        // new, and the lock keeps the lines in the order of their counts.
+        let mut shown = self
+            .shown
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if done < *shown || (done == *shown && done > 0) {
+            return;
+        }
+        *shown = done;
+        self.bar.set_position(done as u64);
+        if self.json {
+            eprintln!(
+                "{}",
+                serde_json::json!({"bench": self.label, "done": done, "total": self.total})
+            );
+        }
+    }
+
+    fn finish_and_clear(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn progress_bar(len: usize, prefix: String, unit: &str, json: bool) -> Progress {
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
         ProgressStyle::with_template(&format!(
@@ -220,8 +257,16 @@ fn progress_bar(len: usize, prefix: String, unit: &str) -> ProgressBar {
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
-    bar.set_prefix(prefix);
-    bar
+    bar.set_prefix(prefix.clone());
+    let progress = Progress {
+        bar,
+        label: prefix,
+        total: len,
+        json,
+        shown: std::sync::Mutex::new(0),
+    };
+    progress.set(0);
+    progress
 }
 
 /// A record as one JSON Lines line, tagged with its benchmark.
@@ -483,11 +528,16 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     let mut scores: Vec<(String, String, String, f64, u64)> = Vec::new();
     let mut accuracy = BTreeMap::new();
     for (category, entries) in &bfcl_suites {
-        let bar = progress_bar(entries.len(), format!("bfcl:{category}"), "tasks");
+        let bar = progress_bar(
+            entries.len(),
+            format!("bfcl:{category}"),
+            "tasks",
+            args.progress_json,
+        );
         let started = Instant::now();
         let (score, records) =
             bfcl::run::run_category(&agent_client, entries, category, &options, &|done, _| {
-                bar.set_position(done as u64)
+                bar.set(done)
             });
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
@@ -584,6 +634,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
                 tasks.len() * args.trials,
                 format!("tau2:{name}"),
                 "conversations",
+                args.progress_json,
             );
             let started = Instant::now();
             let (score, records) = tau2::run_domain(
@@ -593,7 +644,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
                 &user,
                 judge.as_ref().map(|j| j as &dyn tau2::AssertionJudge),
                 &tau2_options,
-                &|done, _| bar.set_position(done as u64),
+                &|done, _| bar.set(done),
             )?;
             bar.finish_and_clear();
             let secs = started.elapsed().as_secs_f64();
@@ -697,6 +748,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             tasks.len() * args.trials,
             format!("vita:{domain}"),
             "conversations",
+            args.progress_json,
         );
         let started = Instant::now();
         let (score, records) = vita::run_domain(
@@ -706,7 +758,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             &user,
             judge.as_ref().map(|j| j as &dyn vita::RubricJudge),
             &options,
-            &|done, _| bar.set_position(done as u64),
+            &|done, _| bar.set(done),
         )?;
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
@@ -812,11 +864,16 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
 
     for (name, samples) in &tool_suites {
         use envace::eval::toolmetrics;
-        let bar = progress_bar(samples.len(), format!("tools:{name}"), "samples");
+        let bar = progress_bar(
+            samples.len(),
+            format!("tools:{name}"),
+            "samples",
+            args.progress_json,
+        );
         let started = Instant::now();
         let report =
             toolmetrics::run_dataset(&agent_client, samples, args.max_tokens, 8, &|done, _| {
-                bar.set_position(done as u64)
+                bar.set(done)
             });
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();

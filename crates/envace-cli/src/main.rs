@@ -238,6 +238,10 @@ struct EvalArgs {
     /// Most tokens of a reply.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
+    /// Also report progress as JSON lines on stderr, `{"bench": "bfcl:simple_python", "done":
+    /// 3, "total": 50}`, for programs that drive `envace eval` (the studio does).
+    #[arg(long)]
+    progress_json: bool,
     /// Send function names with dots written as underscores (for endpoints that forbid dots).
     #[arg(long)]
     underscore_names: bool,

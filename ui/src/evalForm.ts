@@ -1,0 +1,47 @@
+// Pure: the evaluation form's benchmark choices and the request its values make (the studio's
+// `start_eval` command runs `envace eval` with it).
+
+import type { EvalRequest } from "./bindings";
+
+/** What can be ticked, as `envace eval --bench` names it. */
+export const BENCH_CHOICES: { group: string; items: string[] }[] = [
+  {
+    group: "BFCL",
+    items: ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple", "irrelevance"].map((c) => `bfcl:${c}`),
+  },
+  { group: "τ²-bench", items: ["tau2:retail", "tau2:airline"] },
+  { group: "VitaBench", items: ["vita:delivery"] },
+];
+
+/** The request of the form's values (pure, for tests and the form alike). */
+export function evalRequest(form: {
+  source: "checkpoint" | "model";
+  run: number | null;
+  step: number | null;
+  model: string;
+  recordAs: string;
+  benches: string[];
+  data: string;
+  limit: string;
+  user: string;
+  judge: string;
+  rehearsal: string;
+  trials: string;
+}): EvalRequest {
+  const text = (v: string) => (v.trim() === "" ? null : v.trim());
+  const count = (v: string) => (/^\d+$/.test(v.trim()) && Number(v) > 0 ? Number(v) : null);
+  const conversations = form.benches.some((b) => b.startsWith("tau2:") || b.startsWith("vita:"));
+  return {
+    run: form.source === "checkpoint" ? form.run : null,
+    step: form.source === "checkpoint" ? form.step : null,
+    model: form.source === "model" ? text(form.model) : null,
+    record_as: form.source === "model" ? text(form.recordAs) : null,
+    benches: form.benches,
+    data: form.data.trim(),
+    limit: count(form.limit),
+    user_endpoint: conversations ? text(form.user) : null,
+    judge_endpoint: conversations ? text(form.judge) : null,
+    rehearsal: conversations && form.rehearsal !== "off" ? form.rehearsal : null,
+    trials: conversations ? count(form.trials) : null,
+  };
+}

@@ -298,6 +298,26 @@ fn task_row(
     }
 }
 
+/// Keeps a task's row for the store and its record line for `--out`.
+fn keep(
+    lines: &mut Vec<String>,
+    task_rows: &mut Vec<EvalTaskRow>,
+    tag: &str,
+    row: EvalTaskRow,
+) -> Result<()> {
+    lines.push(record_line(tag, row.data.clone())?);
+    task_rows.push(row);
+    Ok(())
+}
+
+/// A conversation's reason as stored: why it was masked, else why it scored what it did.
+fn conversation_reason(masked: Option<&str>, reason: &str) -> String {
+    match masked {
+        Some(why) => format!("masked: {why}"),
+        None => reason.to_owned(),
+    }
+}
+
 /// Counts of the first word group of each reason (`kind: detail` → `kind`).
 fn reason_counts<'a>(reasons: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::<String, usize>::new();
@@ -551,8 +571,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
                 &record.reason,
                 serde_json::to_value(record)?,
             );
-            lines.push(record_line("bfcl", row.data.clone())?);
-            task_rows.push(row);
+            keep(&mut lines, &mut task_rows, "bfcl", row)?;
         }
         let tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
         out!(
@@ -593,10 +612,13 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         );
     }
 
+    // τ²-bench and VitaBench: the user simulator.
+    let mut user = EndpointUser::new(endpoint_or_self(
+        args.user_endpoint.as_deref().unwrap_or("self"),
+        &args.user_model,
+    )?);
+    user.temperature = args.temperature;
     if !tau2_suites.is_empty() {
-        let user_endpoint = args.user_endpoint.as_deref().unwrap_or("self");
-        let mut user = EndpointUser::new(endpoint_or_self(user_endpoint, &args.user_model)?);
-        user.temperature = args.temperature;
         let judge = match &args.judge_endpoint {
             Some(given) => Some(EndpointJudge::new(endpoint_or_self(
                 given,
@@ -649,21 +671,15 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             bar.finish_and_clear();
             let secs = started.elapsed().as_secs_f64();
             for record in &records {
-                let reason = match &record.masked {
-                    Some(why) => format!("masked: {why}"),
-                    None => record.reason.clone(),
-                };
-                let benchmark = format!("tau2_{name}");
                 let row = task_row(
-                    &benchmark,
+                    &format!("tau2_{name}"),
                     &record.task_id,
                     record.trial,
                     record.reward,
-                    &reason,
+                    &conversation_reason(record.masked.as_deref(), &record.reason),
                     serde_json::to_value(record)?,
                 );
-                lines.push(record_line("tau2", row.data.clone())?);
-                task_rows.push(row);
+                keep(&mut lines, &mut task_rows, "tau2", row)?;
             }
             let pass1 = score.pass_hat_k.get(&1).copied().unwrap_or(f64::NAN);
             out!(
@@ -717,9 +733,6 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
 
     for (domain, tasks) in &vita_suites {
         use envace::eval::vita::{self, EndpointRubricJudge, VitaAgent};
-        let user_endpoint = args.user_endpoint.as_deref().unwrap_or("self");
-        let mut user = EndpointUser::new(endpoint_or_self(user_endpoint, &args.user_model)?);
-        user.temperature = args.temperature;
         let judge = match &args.judge_endpoint {
             Some(given) => Some(EndpointRubricJudge::new(endpoint_or_self(
                 given,
@@ -764,20 +777,15 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         let secs = started.elapsed().as_secs_f64();
         let benchmark = format!("vita_{domain}");
         for record in &records {
-            let reason = match &record.masked {
-                Some(why) => format!("masked: {why}"),
-                None => record.reason.clone(),
-            };
             let row = task_row(
                 &benchmark,
                 &record.task_id,
                 record.trial,
                 record.reward,
-                &reason,
+                &conversation_reason(record.masked.as_deref(), &record.reason),
                 serde_json::to_value(record)?,
             );
-            lines.push(record_line("vita", row.data.clone())?);
-            task_rows.push(row);
+            keep(&mut lines, &mut task_rows, "vita", row)?;
         }
         let k = score.trials;
         out!(
@@ -892,8 +900,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
                 &reason,
                 serde_json::to_value(sample)?,
             );
-            lines.push(record_line("tools", row.data.clone())?);
-            task_rows.push(row);
+            keep(&mut lines, &mut task_rows, "tools", row)?;
         }
         print_tool_report(&format!("tools:{name}"), &report, secs)?;
         push_tool_scores(&mut scores, &benchmark, &report);

@@ -318,6 +318,17 @@ fn conversation_reason(masked: Option<&str>, reason: &str) -> String {
     }
 }
 
+/// What a rehearsing agent imagined, in one line.
+fn rehearsal_line<T: ?Sized>(agent: Option<&RehearsingAgent<'_, T>>) -> Option<String> {
+    agent.map(|agent| {
+        let (attempts, calls) = agent.counts();
+        format!(
+            "    rehearsal {}: {attempts} imagined attempts with {calls} imagined tool calls (answered by the model itself)",
+            agent.budget.label()
+        )
+    })
+}
+
 /// Counts of the first word group of each reason (`kind: detail` → `kind`).
 fn reason_counts<'a>(reasons: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::<String, usize>::new();
@@ -693,6 +704,9 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             for (k, value) in score.pass_hat_k.iter().skip(1) {
                 out!("    pass^{k} {value:.4}");
             }
+            if let Some(line) = rehearsal_line(rehearsing.as_ref()) {
+                out!("{line}");
+            }
             for (kind, n) in endings(records.iter().map(|r| &r.termination))? {
                 out!("    {n:>4} ended: {kind}");
             }
@@ -806,6 +820,9 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
             score.rubric_score,
             score.masked
         );
+        if let Some(line) = rehearsal_line(rehearsing.as_ref()) {
+            out!("{line}");
+        }
         for (kind, n) in endings(records.iter().map(|r| &r.termination))? {
             out!("    {n:>4} ended: {kind}");
         }

@@ -106,6 +106,7 @@ describe("task detail", () => {
         { rubric: "Delivered by 12:00", met: false, justification: "" },
       ],
       unbuilt_calls: 1,
+      private_notes: ["Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: answer: \"ok\""],
       masked: null,
     }));
     expect(detail.messages).toHaveLength(1);
@@ -114,6 +115,7 @@ describe("task detail", () => {
       ["rubric", "✓ The store offers dine-in ([4] chose it)"],
       ["rubric", "✗ Delivered by 12:00"],
       ["tools not rebuilt", '1 call(s) answered "not rebuilt"'],
+      ["rehearsal memory 1", 'Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: answer: "ok"'],
     ]);
   });
 });

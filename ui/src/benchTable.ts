@@ -207,6 +207,8 @@ export function taskDetail(recordJson: string): TaskDetail {
   if (typeof record.unbuilt_calls === "number" && record.unbuilt_calls > 0) {
     facts.push(["tools not rebuilt", `${record.unbuilt_calls} call(s) answered "not rebuilt"`]);
   }
+  const notes = (record.private_notes as string[] | undefined) ?? [];
+  notes.forEach((note, i) => facts.push([`rehearsal memory ${i + 1}`, note]));
   if (typeof record.masked === "string") facts.push(["masked", record.masked]);
   const json = (v: unknown) => JSON.stringify(v, null, 2);
   const isBfcl = "result" in record;

@@ -136,6 +136,8 @@ pub struct RehearsingAgent<'a, T: ?Sized> {
     /// The memory of each conversation's current turn: (task address, trial) → (where the
     /// turn starts, memory).
     memories: Mutex<HashMap<(usize, usize), (usize, String)>>,
+    /// Every memory made, per conversation, in order.
+    notes: Mutex<HashMap<(usize, usize), Vec<String>>>,
     /// Imagined attempts and calls so far, for reports.
     counts: Mutex<(usize, usize)>,
 }
@@ -166,6 +168,7 @@ impl<'a, T: ?Sized> RehearsingAgent<'a, T> {
             budget,
             temperature: 0.7,
             memories: Mutex::new(HashMap::new()),
+            notes: Mutex::new(HashMap::new()),
             counts: Mutex::new((0, 0)),
         }
     }
@@ -371,6 +374,12 @@ impl<T: ?Sized + Sync> Agent<T> for RehearsingAgent<'_, T> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(key, (turn_start, memory.clone()));
+                self.notes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(key)
+                    .or_default()
+                    .push(memory.clone());
                 memory
             }
         };
@@ -378,5 +387,15 @@ impl<T: ?Sized + Sync> Agent<T> for RehearsingAgent<'_, T> {
         request.seed = Some(trial as u64);
         let reply = self.model.chat(&request)?;
         Ok(reply_text(&reply.content, &reply.tool_calls))
+    }
+
+    fn private_notes(&self, task: &T, trial: usize) -> Vec<String> {
+        let key = (task as *const T as *const u8 as usize, trial);
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
+            .unwrap_or_default()
     }
 }

@@ -48,6 +48,13 @@ pub trait Agent<T: ?Sized = Task>: Sync {
         trial: usize,
         conversation: &[Message],
     ) -> std::result::Result<String, String>;
+
+    /// What the agent noted privately in the task's `trial`-th conversation, in order (a
+    /// rehearsing agent's memory before each turn), recorded with the conversation. None by
+    /// default.
+    fn private_notes(&self, _task: &T, _trial: usize) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The simulated user: its next message from the conversation so far.
@@ -167,6 +174,8 @@ pub struct ConversationRecord {
     pub nl_assertions: Vec<AssertionVerdict>,
     /// Failed or malformed tool calls.
     pub tool_errors: usize,
+    /// The agent's private notes: with test-time rehearsal, its memory before each turn.
+    pub private_notes: Vec<String>,
     pub secs: f64,
 }
 
@@ -340,6 +349,7 @@ pub fn run_conversation(
         report,
         nl_assertions,
         tool_errors: errors,
+        private_notes: agent.private_notes(task, trial),
         secs: started.elapsed().as_secs_f64(),
     })
 }

@@ -219,6 +219,8 @@ pub struct VitaRecord {
     pub unbuilt_calls: usize,
     /// The orders at the end, as the environment holds them.
     pub final_orders: Value,
+    /// The agent's private notes: with test-time rehearsal, its memory before each turn.
+    pub private_notes: Vec<String>,
     pub secs: f64,
 }
 
@@ -259,6 +261,7 @@ pub fn run_conversation(
         tool_errors,
         unbuilt_calls: env.unbuilt_calls(),
         final_orders: serde_json::to_value(&env.db().orders).unwrap_or(Value::Null),
+        private_notes: agent.private_notes(task, trial),
         secs: 0.0,
     };
     if !record.termination.is_graded() {

@@ -486,6 +486,7 @@ fn record(task: &str, trial: usize, reward: Option<f64>) -> VitaRecord {
         tool_errors: 0,
         unbuilt_calls: 0,
         final_orders: Value::Null,
+        private_notes: Vec::new(),
         secs: 0.0,
     }
 }

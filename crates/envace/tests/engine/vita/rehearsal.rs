@@ -166,6 +166,8 @@ fn the_agent_rehearses_with_its_own_model_and_acts_for_real_with_the_memory() {
         .unwrap();
     assert_eq!(committed[0].messages[at + 1].role, Role::User);
     assert_eq!(committed[0].messages[at + 1].content, task.instructions);
+    // The memory is recorded with the conversation, once for its one agent turn.
+    assert_eq!(record.private_notes, vec![memory.to_owned()]);
 }
 
 #[test]

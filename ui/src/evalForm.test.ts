@@ -29,6 +29,9 @@ describe("evaluation request", () => {
     expect(request).toMatchObject({ run: null, step: null, model: "/m.gguf", record_as: "smol", limit: null, user_endpoint: "self", judge_endpoint: null, rehearsal: "parallel:2", trials: 2 });
     expect(evalRequest({ ...form, benches: ["tau2:airline"], rehearsal: "off" }).rehearsal).toBeNull();
   });
+  it("adds tool-call datasets by name", () => {
+    expect(evalRequest({ ...form, tools: " finance, finmcp  " }).benches).toEqual(["bfcl:simple_python", "tools:finance", "tools:finmcp"]);
+  });
   it("offers every benchmark envace eval runs from the studio", () => {
     expect(BENCH_CHOICES.flatMap((g) => g.items)).toContain("vita:delivery");
     expect(BENCH_CHOICES[0].items).toContain("bfcl:irrelevance");

@@ -21,6 +21,8 @@ export function evalRequest(form: {
   model: string;
   recordAs: string;
   benches: string[];
+  /** Tool-call dataset names, comma- or space-separated (`tools:NAME` each). */
+  tools?: string;
   data: string;
   limit: string;
   user: string;
@@ -30,13 +32,18 @@ export function evalRequest(form: {
 }): EvalRequest {
   const text = (v: string) => (v.trim() === "" ? null : v.trim());
   const count = (v: string) => (/^\d+$/.test(v.trim()) && Number(v) > 0 ? Number(v) : null);
-  const conversations = form.benches.some((b) => b.startsWith("tau2:") || b.startsWith("vita:"));
+  const tools = (form.tools ?? "")
+    .split(/[\s,]+/)
+    .filter((name) => name !== "")
+    .map((name) => `tools:${name}`);
+  const benches = [...form.benches, ...tools];
+  const conversations = benches.some((b) => b.startsWith("tau2:") || b.startsWith("vita:"));
   return {
     run: form.source === "checkpoint" ? form.run : null,
     step: form.source === "checkpoint" ? form.step : null,
     model: form.source === "model" ? text(form.model) : null,
     record_as: form.source === "model" ? text(form.recordAs) : null,
-    benches: form.benches,
+    benches,
     data: form.data.trim(),
     limit: count(form.limit),
     user_endpoint: conversations ? text(form.user) : null,

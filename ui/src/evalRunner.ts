@@ -16,6 +16,7 @@ export class EvalRunner {
   private readonly model = h("input", { id: "eval-model", type: "text", placeholder: "a .gguf file or a model folder", size: 40 });
   private readonly recordAs = h("input", { id: "eval-record-as", type: "text", placeholder: "stored as (default: the file's name)", size: 24 });
   private readonly data = h("input", { id: "eval-data", type: "text", placeholder: "folder holding bfcl/, tau2-bench/, vitabench/", size: 40 });
+  private readonly tools = h("input", { id: "eval-tools", type: "text", placeholder: "names of NAME.jsonl datasets in the data folder", size: 30 });
   private readonly limit = h("input", { id: "eval-limit", type: "number", min: 1, value: "20", size: 5 });
   private readonly user = h("input", { id: "eval-user", type: "text", value: "self", size: 24 });
   private readonly judge = h("input", { id: "eval-judge", type: "text", placeholder: "none: judged tasks are masked", size: 24 });
@@ -69,7 +70,7 @@ export class EvalRunner {
       { id: "eval-runner", class: "eval-runner" },
       h("summary", {}, "Evaluate…"),
       h("div", { class: "toolbar" }, h("label", {}, "Evaluate ", this.source), h("label", { class: "eval-checkpoint" }, "at step ", this.step), h("span", { class: "eval-model" }, this.model, picker, " ", this.recordAs)),
-      h("div", { class: "bench-groups" }, ...groups),
+      h("div", { class: "bench-groups" }, ...groups, h("fieldset", { class: "bench-group" }, h("legend", {}, "Tool-call datasets"), this.tools)),
       h("div", { class: "toolbar" }, h("label", {}, "Data ", this.data), h("label", {}, "First ", this.limit, " tasks each")),
       h(
         "div",
@@ -125,6 +126,7 @@ export class EvalRunner {
       model: this.model.value,
       recordAs: this.recordAs.value,
       benches: this.boxes.filter((b) => b.checked).map((b) => b.value),
+      tools: this.tools.value,
       data: this.data.value,
       limit: this.limit.value,
       user: this.user.value,

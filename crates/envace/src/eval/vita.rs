@@ -38,20 +38,12 @@ pub const OVERLAP: usize = 2;
 
 const _: () = assert!(OVERLAP < WINDOW);
 
-/// The day of the week of a `yyyy-mm-dd …` time, in English.
-fn weekday(time: &str) -> &'static str {
-    const DAYS: [&str; 7] = [
-        "Thursday",
-        "Friday",
-        "Saturday",
-        "Sunday",
-        "Monday",
-        "Tuesday",
-        "Wednesday",
-    ];
-    parse_time(time).map_or("", |secs| {
-        DAYS[secs.div_euclid(86_400).rem_euclid(7) as usize]
-    })
+/// The day of the week of a `yyyy-mm-dd …` time, in English (empty when it is not one).
+fn weekday(time: &str) -> String {
+    parse_time(time)
+        .and_then(|secs| u64::try_from(secs).ok())
+        .and_then(|secs| crate::chat::strftime_utc("%A", secs).ok())
+        .unwrap_or_default()
 }
 
 /// The agent's system prompt for a task: the time, and how to use the tools and talk.

@@ -336,6 +336,13 @@ fn the_judge_failing_masks_the_conversation_and_the_score_leaves_it_out() {
         .0
         .request_as(&agent_system_prompt(&tasks[0]), &conversation);
     assert!(request.messages[0].content.contains(&tasks[0].db.time));
+    assert!(
+        request.messages[0]
+            .content
+            .contains("The current time is 2025-06-21 11:20:00 (Saturday)."),
+        "{}",
+        request.messages[0].content
+    );
     assert!(request.messages[0].content.contains(STOP));
     assert_eq!(request.tools.len(), 20);
     assert!(agent.respond(&tasks[0], 0, &conversation).is_err());

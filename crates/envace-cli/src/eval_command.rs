@@ -757,10 +757,10 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         let mut agent = VitaAgent::new(agent_client.clone());
         agent.0.max_tokens = args.max_tokens;
         agent.0.temperature = args.temperature;
-        let tools = envace::env::vita::delivery_tool_specs();
+        let tools = envace::env::vita::delivery_tools();
         let system = |task: &envace::env::vita::VitaTask| vita::agent_system_prompt(task);
         let rehearsing = rehearsal
-            .map(|budget| RehearsingAgent::new(&agent.0, &agent_client, &system, &tools, budget));
+            .map(|budget| RehearsingAgent::new(&agent.0, &agent_client, &system, tools, budget));
         let acting: &dyn tau2::Agent<envace::env::vita::VitaTask> = match &rehearsing {
             Some(r) => r,
             None => &agent,

@@ -134,7 +134,7 @@ pub fn parse_execution_result(text: &str) -> std::result::Result<Value, SimError
     if n_open == 0 && n_close == 0 {
         return Err(SimError::new(
             SimErrorCode::NoExecutionResultTagFound,
-            format!("no {RESULT_OPEN} tag in {:?}", excerpt(body)),
+            format!("no {RESULT_OPEN} tag in {:?}", excerpt(body, 120)),
         ));
     }
     if n_open != 1 || n_close != 1 {
@@ -153,7 +153,7 @@ pub fn parse_execution_result(text: &str) -> std::result::Result<Value, SimError
             SimErrorCode::ExecutionResultTagMalformed,
             format!(
                 "the answer must be only the {RESULT_OPEN} block, got {:?}",
-                excerpt(body)
+                excerpt(body, 120)
             ),
         ));
     };
@@ -162,7 +162,7 @@ pub fn parse_execution_result(text: &str) -> std::result::Result<Value, SimError
             SimErrorCode::SimulatorJsonDecodeError,
             format!(
                 "the execution result is not JSON ({e}): {:?}",
-                excerpt(inner)
+                excerpt(inner, 120)
             ),
         )
     })?;
@@ -173,18 +173,18 @@ pub fn parse_execution_result(text: &str) -> std::result::Result<Value, SimError
             SimErrorCode::InvalidExecutionResultType,
             format!(
                 "the execution result must be a non-empty object or array, got {}",
-                excerpt(&other.to_string())
+                excerpt(&other.to_string(), 120)
             ),
         )),
     }
 }
 
-fn excerpt(text: &str) -> String {
-    const MAX_CHARS: usize = 120;
-    if text.chars().count() <= MAX_CHARS {
+/// The first `max_chars` characters of `text`, with `…` when it was cut.
+pub(crate) fn excerpt(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
         text.to_owned()
     } else {
-        let cut: String = text.chars().take(MAX_CHARS).collect();
+        let cut: String = text.chars().take(max_chars).collect();
         format!("{cut}…")
     }
 }
@@ -419,6 +419,22 @@ pub fn rehearse_messages(input: &RehearseInput<'_>) -> Vec<Value> {
         json!({"role": "system", "content": SYSTEM_PROMPT}),
         json!({"role": "user", "content": user}),
     ]
+}
+
+/// The rehearse prompt's messages as chat-completion messages (a role the prompt does not use
+/// reads as `user`), for a simulator behind an endpoint.
+pub fn as_chat(messages: &[Value]) -> Vec<crate::openai::ChatMsg> {
+    messages
+        .iter()
+        .map(|m| {
+            let content = m["content"].as_str().unwrap_or_default().to_owned();
+            let role = match m["role"].as_str().and_then(crate::chat::Role::parse) {
+                Some(role @ (crate::chat::Role::System | crate::chat::Role::Assistant)) => role,
+                _ => crate::chat::Role::User,
+            };
+            crate::openai::ChatMsg::plain(role, content)
+        })
+        .collect()
 }
 
 fn first_line(text: &str) -> &str {

@@ -295,11 +295,7 @@ impl<'a, T: ?Sized> RehearsingAgent<'a, T> {
             max_conversation_chars: 6000,
             schemas: true,
         });
-        let messages = match crate::serve::openai_messages(&serde_json::Value::Array(messages)) {
-            Ok(messages) => messages,
-            Err(why) => return crate::rehearse::error_json("EMPTY_SIMULATOR_OUTPUT", &why),
-        };
-        let mut request = ChatRequest::new(messages);
+        let mut request = ChatRequest::new(crate::rehearse::as_chat(&messages));
         request.temperature = Some(self.temperature);
         request.max_tokens = Some(self.agent.max_tokens);
         request.seed = Some(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));

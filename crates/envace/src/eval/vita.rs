@@ -28,6 +28,7 @@ use crate::env::tau2::eval::pass_hat_k;
 use crate::env::vita::{DeliveryEnv, VitaTask, parse_time};
 use crate::error::Result;
 use crate::openai::{ChatClient, ChatMsg, ChatRequest};
+use crate::rehearse::excerpt;
 
 /// The agent's first message (the reference's English default).
 pub const VITA_GREETING: &str = "Hello, how can I help you?";
@@ -85,7 +86,7 @@ impl VitaAgent {
         VitaAgent(EndpointAgent::with_prompt(
             client,
             String::new(),
-            &crate::env::vita::delivery_tool_specs(),
+            crate::env::vita::delivery_tools(),
         ))
     }
 }
@@ -517,10 +518,19 @@ pub fn read_rubric_answer(
     let body = text.trim();
     let body = match (body.find('['), body.rfind(']')) {
         (Some(open), Some(close)) if open < close => &body[open..=close],
-        _ => return Err(format!("no JSON array in the answer: {}", clip(body))),
+        _ => {
+            return Err(format!(
+                "no JSON array in the answer: {}",
+                excerpt(body, 200)
+            ));
+        }
     };
-    let entries: Vec<Value> = serde_json::from_str(body)
-        .map_err(|e| format!("the answer's array is not JSON ({e}): {}", clip(body)))?;
+    let entries: Vec<Value> = serde_json::from_str(body).map_err(|e| {
+        format!(
+            "the answer's array is not JSON ({e}): {}",
+            excerpt(body, 200)
+        )
+    })?;
     let mut out = states.to_vec();
     let mut touched = 0;
     for entry in &entries {
@@ -542,17 +552,12 @@ pub fn read_rubric_answer(
         touched += 1;
     }
     if touched == 0 && !states.is_empty() {
-        return Err(format!("the answer names no rubric: {}", clip(body)));
+        return Err(format!(
+            "the answer names no rubric: {}",
+            excerpt(body, 200)
+        ));
     }
     Ok(out)
-}
-
-fn clip(text: &str) -> String {
-    let mut out: String = text.chars().take(200).collect();
-    if out.len() < text.len() {
-        out.push('…');
-    }
-    out
 }
 
 impl RubricJudge for EndpointRubricJudge {

@@ -61,18 +61,7 @@ pub struct EndpointSimulator {
 
 impl Simulator for EndpointSimulator {
     fn simulate(&self, messages: &[serde_json::Value]) -> std::result::Result<String, String> {
-        let messages = messages
-            .iter()
-            .map(|m| {
-                let content = m["content"].as_str().unwrap_or_default().to_owned();
-                let role = match m["role"].as_str().and_then(crate::chat::Role::parse) {
-                    Some(role @ (crate::chat::Role::System | crate::chat::Role::Assistant)) => role,
-                    _ => crate::chat::Role::User,
-                };
-                crate::openai::ChatMsg::plain(role, content)
-            })
-            .collect();
-        let mut request = crate::openai::ChatRequest::new(messages);
+        let mut request = crate::openai::ChatRequest::new(crate::rehearse::as_chat(messages));
         request.temperature = Some(0.0);
         request.max_tokens = Some(self.max_tokens);
         self.client

@@ -30,7 +30,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::pyjson::{float_repr, repr};
-use super::tau2::canonical_hash;
+use super::tau2::{canonical_hash, string_param};
 use super::{Environment, ErrorCode, ToolFailure, ToolOutcome, ToolSet, ToolSpec};
 use crate::error::{Error, Result};
 
@@ -665,10 +665,6 @@ pub const NOT_REBUILT: &[(&str, &str)] = &[(
     "get_date_holiday_info is not rebuilt natively: it needs the `holidays` package's calendar of China",
 )];
 
-fn string(description: &str) -> Value {
-    json!({"type": "string", "description": description})
-}
-
 fn num(description: &str) -> Value {
     json!({"type": "number", "description": description})
 }
@@ -695,7 +691,7 @@ fn spec(name: &str, description: &str, params: &[(&str, Value, bool)], mutates: 
 }
 
 /// The delivery domain's tools, in the reference's order (its own, then the generic ones).
-pub fn delivery_tool_specs() -> Vec<ToolSpec> {
+fn delivery_tool_specs() -> Vec<ToolSpec> {
     vec![
         spec(
             "delivery_distance_to_time",
@@ -706,13 +702,13 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
         spec(
             "get_delivery_store_info",
             "A store's details: id, score, address, coordinates, tags and every product.",
-            &[("store_id", string("The store's id."), true)],
+            &[("store_id", string_param("The store's id."), true)],
             false,
         ),
         spec(
             "get_delivery_product_info",
             "A product's details: name, id, store, price, options and tags.",
-            &[("product_id", string("The product's id."), true)],
+            &[("product_id", string_param("The product's id."), true)],
             false,
         ),
         spec(
@@ -735,18 +731,18 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
             "create_delivery_order",
             "Create a delivery order (status unpaid) for the user from one store's products.",
             &[
-                ("user_id", string("The user's id."), true),
-                ("store_id", string("The store's id."), true),
+                ("user_id", string_param("The user's id."), true),
+                ("store_id", string_param("The store's id."), true),
                 ("product_ids", strings("Ids of the products ordered."), true),
                 (
                     "product_cnts",
                     json!({"type": "array", "items": {"type": "integer"}, "description": "How many of each product, in the order of product_ids."}),
                     true,
                 ),
-                ("address", string("The delivery address."), true),
+                ("address", string_param("The delivery address."), true),
                 (
                     "dispatch_time",
-                    string(
+                    string_param(
                         "When the store dispatches the order, yyyy-mm-dd HH:MM:SS, not in the past.",
                     ),
                     true,
@@ -756,34 +752,34 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
                     strings("The chosen options of each product, in the order of product_ids."),
                     false,
                 ),
-                ("note", string("A note for the store."), false),
+                ("note", string_param("A note for the store."), false),
             ],
             true,
         ),
         spec(
             "pay_delivery_order",
             "Pay an unpaid delivery order.",
-            &[("order_id", string("The order's id."), true)],
+            &[("order_id", string_param("The order's id."), true)],
             true,
         ),
         spec(
             "get_delivery_order_status",
             "A delivery order's status.",
-            &[("order_id", string("The order's id."), true)],
+            &[("order_id", string_param("The order's id."), true)],
             false,
         ),
         spec(
             "cancel_delivery_order",
             "Cancel a delivery order.",
-            &[("order_id", string("The order's id."), true)],
+            &[("order_id", string_param("The order's id."), true)],
             true,
         ),
         spec(
             "modify_delivery_order",
             "Replace a delivery order's note.",
             &[
-                ("order_id", string("The order's id."), true),
-                ("note", string("The new note."), true),
+                ("order_id", string_param("The order's id."), true),
+                ("note", string_param("The new note."), true),
             ],
             true,
         ),
@@ -791,7 +787,7 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
             "search_delivery_orders",
             "The user's delivery orders with a status (unpaid unless given).",
             &[
-                ("user_id", string("The user's id."), true),
+                ("user_id", string_param("The user's id."), true),
                 (
                     "status",
                     json!({"type": "string", "enum": ORDER_STATUSES, "description": "The status to list."}),
@@ -803,7 +799,7 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
         spec(
             "get_delivery_order_detail",
             "A delivery order's full details.",
-            &[("order_id", string("The order's id."), true)],
+            &[("order_id", string_param("The order's id."), true)],
             false,
         ),
         spec(
@@ -821,30 +817,30 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
             "weather",
             "The weather at an address between two dates.",
             &[
-                ("address", string("An address or city."), true),
-                ("date_start", string("First day, yyyy-mm-dd."), true),
-                ("date_end", string("Last day, yyyy-mm-dd."), true),
+                ("address", string_param("An address or city."), true),
+                ("date_start", string_param("First day, yyyy-mm-dd."), true),
+                ("date_end", string_param("Last day, yyyy-mm-dd."), true),
             ],
             false,
         ),
         spec(
             "address_to_longitude_latitude",
             "The longitude and latitude of an address.",
-            &[("address", string("The address."), true)],
+            &[("address", string_param("The address."), true)],
             false,
         ),
         spec(
             "get_date_holiday_info",
             "Which holiday a date is, if any.",
-            &[("date", string("The date, yyyy-mm-dd."), true)],
+            &[("date", string_param("The date, yyyy-mm-dd."), true)],
             false,
         ),
         spec(
             "get_holiday_date",
             "The date of a named holiday in a year.",
             &[
-                ("year", string("The year, e.g. 2025."), true),
-                ("holiday_name", string("The holiday's name."), true),
+                ("year", string_param("The year, e.g. 2025."), true),
+                ("holiday_name", string_param("The holiday's name."), true),
             ],
             false,
         ),
@@ -877,6 +873,11 @@ pub fn delivery_tool_specs() -> Vec<ToolSpec> {
 static DELIVERY_TOOLS: LazyLock<ToolSet> = LazyLock::new(|| {
     ToolSet::new(delivery_tool_specs()).expect("the delivery tool table's schemas compile")
 });
+
+/// The delivery domain's tools, with their schemas (built once).
+pub fn delivery_tools() -> &'static [ToolSpec] {
+    DELIVERY_TOOLS.specs()
+}
 
 /// The delivery domain's environment for one task.
 #[derive(Debug, Clone)]

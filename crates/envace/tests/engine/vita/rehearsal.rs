@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use envace::chat::{Message, Role};
-use envace::env::vita::{VitaTask, delivery_tool_specs};
+use envace::env::vita::{VitaTask, delivery_tools};
 use envace::eval::convrehearsal::{ChatModel, RehearsalBudget, RehearsingAgent, memory_text};
 use envace::eval::rehearsal::{AttemptSummary, CallSummary, MEMORY_HEADER};
 use envace::eval::tau2::{EndpointAgent, STOP, Tau2Options, Termination, UserSimulator};
@@ -91,14 +91,14 @@ fn has_memory(request: &ChatRequest) -> Option<&str> {
 #[test]
 fn the_agent_rehearses_with_its_own_model_and_acts_for_real_with_the_memory() {
     let task = &tasks()[0];
-    let tools = delivery_tool_specs();
-    let agent = EndpointAgent::with_prompt(dead_client(), String::new(), &tools);
+    let tools = delivery_tools();
+    let agent = EndpointAgent::with_prompt(dead_client(), String::new(), tools);
     let model = ScriptedModel {
         log: Mutex::new(Vec::new()),
     };
     let system = |t: &VitaTask| agent_system_prompt(t);
     let budget = RehearsalBudget::parse("parallel:2").unwrap();
-    let rehearsing = RehearsingAgent::new(&agent, &model, &system, &tools, budget);
+    let rehearsing = RehearsingAgent::new(&agent, &model, &system, tools, budget);
     let user = CountingUser(AtomicUsize::new(0));
     let record = run_conversation(task, 0, &rehearsing, &user, None, &Tau2Options::default());
 
@@ -173,14 +173,14 @@ fn the_agent_rehearses_with_its_own_model_and_acts_for_real_with_the_memory() {
 #[test]
 fn sequential_attempts_see_the_earlier_ones() {
     let task = &tasks()[1];
-    let tools = delivery_tool_specs();
-    let agent = EndpointAgent::with_prompt(dead_client(), String::new(), &tools);
+    let tools = delivery_tools();
+    let agent = EndpointAgent::with_prompt(dead_client(), String::new(), tools);
     let model = ScriptedModel {
         log: Mutex::new(Vec::new()),
     };
     let system = |t: &VitaTask| agent_system_prompt(t);
     let budget = RehearsalBudget::parse("sequential:3").unwrap();
-    let rehearsing = RehearsingAgent::new(&agent, &model, &system, &tools, budget);
+    let rehearsing = RehearsingAgent::new(&agent, &model, &system, tools, budget);
     let user = CountingUser(AtomicUsize::new(0));
     run_conversation(task, 0, &rehearsing, &user, None, &Tau2Options::default());
     let log = model.log.lock().unwrap();

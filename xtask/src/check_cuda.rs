@@ -25,21 +25,66 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-/// The CUDA release the wheels below belong to; cudarc 0.19 knows releases up to 13.4.
-const CUDA_RELEASE: &str = "13.4";
-/// The wheels, each pinned (`pip` would otherwise pull the newest NVRTC for cuBLAS).
-const WHEELS: [&str; 8] = [
-    "nvidia-cuda-nvcc==13.4.92",
-    "nvidia-nvvm==13.4.92",
-    "nvidia-cuda-crt==13.4.92",
-    "nvidia-cuda-runtime==13.4.92",
-    "nvidia-cuda-nvrtc==13.4.92",
-    // CCCL's wheels carry their own numbering; this one is the newest, and the CUDA 13.4
-    // compiler builds candle's kernels with it.
-    "nvidia-cuda-cccl==13.3.5.0.6",
-    "nvidia-cublas==13.4.3.11",
-    "nvidia-curand==10.4.4.72",
+/// A CUDA release and the wheels that make its toolkit, each pinned (`pip` would otherwise
+/// pull the newest NVRTC for cuBLAS).
+pub(crate) struct Release {
+    /// `13.4`: the folder `<cache>/cuda-13.4` and what `nvcc --version` says.
+    pub(crate) name: &'static str,
+    wheels: &'static [&'static str],
+}
+
+/// The releases `check cuda` and `device-check` can install; the first is the default.
+///
+/// The newest (13.4; cudarc 0.19 knows releases up to it) for building here. 13.0 for a GPU
+/// whose driver is from the 580 series: candle loads most of its kernels as PTX, which a
+/// driver compiles only when it is at least as new as the compiler that wrote it (CUDA's
+/// minor-version compatibility covers machine code, not PTX), so a build for such a machine
+/// must use the driver's own release or an older one.
+const RELEASES: [Release; 2] = [
+    Release {
+        name: "13.4",
+        wheels: &[
+            "nvidia-cuda-nvcc==13.4.92",
+            "nvidia-nvvm==13.4.92",
+            "nvidia-cuda-crt==13.4.92",
+            "nvidia-cuda-runtime==13.4.92",
+            "nvidia-cuda-nvrtc==13.4.92",
+            // CCCL's wheels carry their own numbering; this one is the newest, and the CUDA
+            // 13.4 compiler builds candle's kernels with it.
+            "nvidia-cuda-cccl==13.3.5.0.6",
+            "nvidia-cublas==13.4.3.11",
+            "nvidia-curand==10.4.4.72",
+        ],
+    },
+    Release {
+        name: "13.0",
+        wheels: &[
+            "nvidia-cuda-nvcc==13.0.88",
+            "nvidia-nvvm==13.0.88",
+            "nvidia-cuda-crt==13.0.88",
+            "nvidia-cuda-runtime==13.0.96",
+            "nvidia-cuda-nvrtc==13.0.88",
+            "nvidia-cuda-cccl==13.0.85",
+            "nvidia-cublas==13.0.2.14",
+            "nvidia-curand==10.4.0.35",
+        ],
+    },
 ];
+
+/// The release named by `--cuda NAME` (the default without one), or an error listing them.
+pub(crate) fn release(name: Option<&str>) -> Result<&'static Release> {
+    let Some(name) = name else {
+        return Ok(&RELEASES[0]);
+    };
+    RELEASES.iter().find(|r| r.name == name).with_context(|| {
+        let known: Vec<&str> = RELEASES.iter().map(|r| r.name).collect();
+        format!(
+            "no CUDA release {name:?} here; --cuda takes one of {}",
+            known.join(", ")
+        )
+    })
+}
+
 /// The libraries the CUDA build links (cudarc's `dynamic-linking` and candle's kernels),
 /// with the versioned file each wheel ships.
 const LINKED: [(&str, &str); 5] = [
@@ -60,26 +105,30 @@ pub(crate) struct Toolkit {
     from_wheels: bool,
     /// A folder holding the stub driver as `libcuda.so.1`, for starting a build here.
     stub_runtime: Option<PathBuf>,
+    /// The wheels' release (unused with `CUDA_HOME`).
+    release: &'static Release,
 }
 
 impl Toolkit {
     /// The wheels' toolkit in the cache folder, installed when missing, with the linker's
     /// names and the stub driver.
-    pub(crate) fn install(root: &Path) -> Result<Self> {
-        let base = absolute(root, &crate::setup::cache_dir()).join(format!("cuda-{CUDA_RELEASE}"));
-        let home = ensure_toolkit(&base)?;
+    pub(crate) fn install(root: &Path, release: &'static Release) -> Result<Self> {
+        let base =
+            absolute(root, &crate::setup::cache_dir()).join(format!("cuda-{}", release.name));
+        let home = ensure_toolkit(&base, release)?;
         link_names(&home)?;
         let stub_runtime = build_stub_driver(root, &base, &home)?;
         Ok(Toolkit {
             home,
             from_wheels: true,
             stub_runtime: Some(stub_runtime),
+            release,
         })
     }
 
     /// On a GPU machine: `CUDA_HOME` when it names a toolkit with `nvcc`, else the wheels'.
     /// Binaries linked against the stub load the real driver by its soname.
-    pub(crate) fn for_device(root: &Path) -> Result<Self> {
+    pub(crate) fn for_device(root: &Path, release: &'static Release) -> Result<Self> {
         if let Some(home) = std::env::var_os("CUDA_HOME").map(PathBuf::from)
             && home.join("bin").join("nvcc").is_file()
         {
@@ -91,9 +140,10 @@ impl Toolkit {
                 home,
                 from_wheels: false,
                 stub_runtime: None,
+                release,
             });
         }
-        Self::install(root)
+        Self::install(root, release)
     }
 
     /// The environment of a `cargo` build with `--features cuda` into `target_dir`.
@@ -150,14 +200,15 @@ impl Toolkit {
         serde_json::json!({
             "cuda_home": self.home,
             "source": if self.from_wheels { "PyPI wheels" } else { "CUDA_HOME" },
-            "wheels": if self.from_wheels { WHEELS.to_vec() } else { Vec::new() },
+            "release": if self.from_wheels { Some(self.release.name) } else { None },
+            "wheels": if self.from_wheels { self.release.wheels.to_vec() } else { Vec::new() },
         })
     }
 }
 
-pub fn check_cuda(root: &Path) -> Result<()> {
+pub fn check_cuda(root: &Path, release: &'static Release) -> Result<()> {
     let started = Instant::now();
-    let toolkit = Toolkit::install(root)?;
+    let toolkit = Toolkit::install(root, release)?;
     let installed_secs = started.elapsed().as_secs_f64();
     let stub = toolkit
         .stub_runtime
@@ -180,7 +231,8 @@ pub fn check_cuda(root: &Path) -> Result<()> {
         "envace/cuda",
     ];
     eprintln!(
-        "xtask: CUDA {CUDA_RELEASE} from {}, compute capability {compute_cap}, into {}",
+        "xtask: CUDA {} from {}, compute capability {compute_cap}, into {}",
+        release.name,
         toolkit.home.display(),
         target_dir.display()
     );
@@ -271,20 +323,21 @@ fn absolute(root: &Path, path: &Path) -> PathBuf {
 
 /// The toolkit tree (`CUDA_HOME`) in `base/venv`, installing the pinned wheels when the venv
 /// does not record exactly them.
-fn ensure_toolkit(base: &Path) -> Result<PathBuf> {
+fn ensure_toolkit(base: &Path, release: &Release) -> Result<PathBuf> {
     let venv = base.join("venv");
     let record = venv.join("envace-cuda-wheels.txt");
-    let wanted = WHEELS.join("\n");
+    let wanted = release.wheels.join("\n");
     if std::fs::read_to_string(&record).ok().as_deref() != Some(wanted.as_str()) {
         std::fs::create_dir_all(base)
             .with_context(|| format!("cannot create {}", base.display()))?;
         let python = crate::bench::create_venv(&venv)?;
         eprintln!(
-            "xtask: installing the CUDA {CUDA_RELEASE} compiler and libraries from PyPI into {} (about 1.2 GB)",
+            "xtask: installing the CUDA {} compiler and libraries from PyPI into {} (about 1.2 GB)",
+            release.name,
             venv.display()
         );
         let mut args = vec!["--quiet"];
-        args.extend(WHEELS);
+        args.extend(release.wheels);
         crate::bench::pip(&python, &args, &[])?;
         std::fs::write(&record, &wanted)
             .with_context(|| format!("cannot write {}", record.display()))?;
@@ -461,7 +514,7 @@ fn stub_source(names: &[String]) -> String {
 }
 
 /// The newest `deps/NAME-<hash>` executable.
-fn newest_test_binary(deps: &Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn newest_test_binary(deps: &Path, name: &str) -> Result<PathBuf> {
     let prefix = format!("{name}-");
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
     for entry in

@@ -24,15 +24,20 @@ commands:
   run          set up, build, and run the main job (the studio on the quickstart
                experiment, or the same run headless when no display is present)
   test         set up, then run every check and test (what CI runs)
-  check cuda   build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
+  check cuda [--cuda 13.4|13.0]
+               build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
                (installed into the cache folder; no GPU needed), failing on a warning
   check aarch64
                cross-compile the engine and CLI for 64-bit ARM Linux (NEON kernels),
                failing on a warning, and run the engine's model and kernel tests
                under qemu-aarch64
-  device-check on a machine with an NVIDIA GPU: the CUDA build, every per-device test
+  device-check [--cuda 13.4|13.0]
+               on a machine with an NVIDIA GPU: the CUDA build, every per-device test
                body on CUDA, and training and batched decoding on the GPU against
-               PyTorch on the same GPU (one JSON line; target/bench/device-check.json)
+               PyTorch on the same GPU (one JSON line; target/bench/device-check.json).
+               --prepare DIR --compute-cap N: build those binaries here (no GPU) into
+               DIR; then on a GPU machine without Rust, from a copy of the checkout:
+               DIR/xtask device-check --prebuilt DIR
   bench NAME   measure ours against its peers; prints one JSON object as the last
                line of stdout and writes target/bench/NAME.json. Benchmarks:
                  model       [--simd avx2] policy training vs PyTorch, SmolLM2 Q4_1
@@ -74,12 +79,27 @@ fn run() -> Result<()> {
         Some("run") => main_job(&root),
         Some("test") => test_all(),
         Some("check") => match args.get(1).map(String::as_str) {
-            Some("cuda") => check_cuda::check_cuda(&root),
+            Some("cuda") => {
+                let release = match args.get(2).map(String::as_str) {
+                    None => None,
+                    Some("--cuda") => Some(
+                        args.get(3)
+                            .map(String::as_str)
+                            .context("--cuda needs a release, such as 13.0")?,
+                    ),
+                    Some(other) => {
+                        bail!("unknown check cuda argument {other:?}; use --cuda RELEASE")
+                    }
+                };
+                check_cuda::check_cuda(&root, check_cuda::release(release)?)
+            }
             Some("aarch64") => check_aarch64::check_aarch64(&root),
             Some(other) => bail!("no check named {other:?}; the checks are: cuda, aarch64"),
             None => bail!("usage: cargo xtask check cuda|aarch64"),
         },
-        Some("device-check") => device_check::device_check(&root),
+        Some("device-check") => {
+            device_check::device_check(&root, &device_check::Options::parse(&args[1..])?)
+        }
         Some("bench") => run_bench(&root, args.get(1).map(String::as_str), &args[1..]),
         Some("-h" | "--help" | "help") | None => {
             print!("{USAGE}");
@@ -90,9 +110,20 @@ fn run() -> Result<()> {
 }
 
 fn repo_root() -> Result<PathBuf> {
+    let built_in = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // A copied xtask (a `device-check --prepare` bundle) runs from the checkout's root on
+    // another machine, where the folder it was built in does not exist.
+    let from_cwd = || {
+        std::env::current_dir()
+            .ok()
+            .filter(|cwd| cwd.join("xtask").join("Cargo.toml").is_file())
+            .map(|cwd| cwd.join("xtask"))
+    };
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        .or_else(|| built_in.is_dir().then(|| built_in.clone()))
+        .or_else(from_cwd)
+        .unwrap_or(built_in);
     manifest_dir
         .parent()
         .map(Path::to_path_buf)
@@ -181,23 +212,39 @@ pub(crate) fn run_cargo_tests(
 ) -> Result<(u64, u64, std::process::ExitStatus)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: $ cargo {}", args.join(" "));
-    let mut child = Command::new(&cargo)
+    let mut command = Command::new(&cargo);
+    command
         .args(args)
-        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())));
+    run_test_command(command, "cargo test")
+}
+
+/// Runs a test command (cargo test, or a test binary), echoing its output, and counts the
+/// passed and failed tests of its libtest summaries.
+pub(crate) fn run_test_command(
+    mut command: Command,
+    what: &str,
+) -> Result<(u64, u64, std::process::ExitStatus)> {
+    let mut child = command
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot start {cargo}"))?;
-    let stdout = child.stdout.take().context("no stdout from cargo test")?;
+        .with_context(|| format!("cannot start {what}"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .with_context(|| format!("no stdout from {what}"))?;
     let (mut n_passed, mut n_failed) = (0u64, 0u64);
     for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-        let line = line.context("reading cargo test output")?;
+        let line = line.with_context(|| format!("reading the output of {what}"))?;
         println!("{line}");
         if let Some(summary) = line.strip_prefix("test result: ") {
             n_passed += count_before(summary, " passed");
             n_failed += count_before(summary, " failed");
         }
     }
-    let status = child.wait().context("waiting for cargo test")?;
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {what}"))?;
     Ok((n_passed, n_failed, status))
 }
 

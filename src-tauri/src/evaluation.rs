@@ -42,6 +42,8 @@ pub struct EvalRequest {
     pub rehearsal: Option<String>,
     /// Conversations per task.
     pub trials: Option<u32>,
+    /// τ²-bench: the task split (`base`, `train`, `test`; the CLI's default `base` when absent).
+    pub split: Option<String>,
 }
 
 /// What the evaluation job tells the window, as the `eval-event` event.
@@ -160,6 +162,7 @@ pub fn eval_args(request: &EvalRequest, store: &Path) -> Result<Vec<String>, Stu
     option("--judge-endpoint", request.judge_endpoint.clone());
     option("--rehearsal", request.rehearsal.clone());
     option("--trials", request.trials.map(|n| n.to_string()));
+    option("--split", request.split.clone());
     Ok(args)
 }
 
@@ -317,6 +320,7 @@ mod tests {
             judge_endpoint: None,
             rehearsal: Some("parallel:2".into()),
             trials: None,
+            split: None,
         }
     }
 
@@ -338,6 +342,13 @@ mod tests {
             args.join(" ")
                 .contains("--model /m/SmolLM2.Q4_1.gguf --record-as SmolLM2.Q4_1")
         );
+        let split = EvalRequest {
+            benches: vec!["tau2:retail".into()],
+            split: Some("test".into()),
+            ..request()
+        };
+        let args = eval_args(&split, Path::new("/runs.sqlite")).unwrap();
+        assert!(args.join(" ").ends_with("--split test"), "{args:?}");
         for bad in [
             EvalRequest {
                 benches: vec![],

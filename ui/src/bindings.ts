@@ -272,6 +272,8 @@ export type EvalRequest = {
 	rehearsal: string | null,
 	/**  Conversations per task. */
 	trials: number | null,
+	/**  τ²-bench: the task split (`base`, `train`, `test`; the CLI's default `base` when absent). */
+	split: string | null,
 };
 
 /**  One benchmark metric of a run over its evaluated checkpoints. */

@@ -29,6 +29,8 @@ export function evalRequest(form: {
   judge: string;
   rehearsal: string;
   trials: string;
+  /** τ²-bench's task split: base (every task), train or test. */
+  split?: string;
 }): EvalRequest {
   const text = (v: string) => (v.trim() === "" ? null : v.trim());
   const count = (v: string) => (/^\d+$/.test(v.trim()) && Number(v) > 0 ? Number(v) : null);
@@ -50,5 +52,6 @@ export function evalRequest(form: {
     judge_endpoint: conversations ? text(form.judge) : null,
     rehearsal: conversations && form.rehearsal !== "off" ? form.rehearsal : null,
     trials: conversations ? count(form.trials) : null,
+    split: benches.some((b) => b.startsWith("tau2:")) && form.split && form.split !== "base" ? form.split : null,
   };
 }

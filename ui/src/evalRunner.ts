@@ -26,6 +26,11 @@ export class EvalRunner {
     ...["off", "parallel:2", "parallel:4", "sequential:2"].map((v) => h("option", { value: v }, v)),
   );
   private readonly trials = h("input", { id: "eval-trials", type: "number", min: 1, value: "1", size: 3 });
+  private readonly split = h(
+    "select",
+    { id: "eval-split", "aria-label": "τ²-bench task split", title: "τ²-bench: every task (base), or the train or test split" },
+    ...["base", "train", "test"].map((v) => h("option", { value: v }, v)),
+  );
   private readonly boxes: HTMLInputElement[] = [];
   private readonly start = h("button", { id: "eval-start", class: "primary", onclick: () => void this.begin() }, "Start evaluation");
   private readonly stop = h("button", { id: "eval-stop", disabled: true, onclick: () => void commands.stopEval() }, "Stop");
@@ -79,6 +84,7 @@ export class EvalRunner {
         h("label", {}, "Judge ", this.judge),
         h("label", {}, "Rehearsal ", this.rehearsal),
         h("label", {}, "Trials ", this.trials),
+        h("label", {}, "τ² split ", this.split),
       ),
       h("div", { class: "toolbar" }, this.start, this.stop),
       this.status,
@@ -133,6 +139,7 @@ export class EvalRunner {
       judge: this.judge.value,
       rehearsal: this.rehearsal.value,
       trials: this.trials.value,
+      split: this.split.value,
     });
     localStorage.setItem(DATA_KEY, request.data);
     this.log.textContent = "";

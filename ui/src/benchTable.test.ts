@@ -107,6 +107,7 @@ describe("task detail", () => {
       ],
       unbuilt_calls: 1,
       private_notes: ["Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: answer: \"ok\""],
+      imagined_attempts: [[{ calls: [{ name: "get_store", arguments: "{}", response: "store 7" }], outcome: 'answer: "ok"', answered: true }]],
       masked: null,
     }));
     expect(detail.messages).toHaveLength(1);
@@ -116,6 +117,7 @@ describe("task detail", () => {
       ["rubric", "✗ Delivered by 12:00"],
       ["tools not rebuilt", '1 call(s) answered "not rebuilt"'],
       ["rehearsal memory 1", 'Private rehearsal (imagined attempts; nothing was executed):\nAttempt 1: answer: "ok"'],
+      ["rehearsal 1, attempt 1", 'get_store {} → store 7 ; answer: "ok"'],
     ]);
   });
 });

@@ -209,6 +209,15 @@ export function taskDetail(recordJson: string): TaskDetail {
   }
   const notes = (record.private_notes as string[] | undefined) ?? [];
   notes.forEach((note, i) => facts.push([`rehearsal memory ${i + 1}`, note]));
+  // The imagined attempts behind each memory, whole: every call with its imagined response.
+  type Attempt = { calls: { name: string; arguments: string; response: string }[]; outcome: string };
+  const imagined = (record.imagined_attempts as Attempt[][] | undefined) ?? [];
+  imagined.forEach((attempts, i) =>
+    attempts.forEach((attempt, k) => {
+      const calls = attempt.calls.map((c) => `${c.name} ${c.arguments} → ${c.response}`);
+      facts.push([`rehearsal ${i + 1}, attempt ${k + 1}`, [...calls, attempt.outcome].join(" ; ")]);
+    }),
+  );
   if (typeof record.masked === "string") facts.push(["masked", record.masked]);
   const json = (v: unknown) => JSON.stringify(v, null, 2);
   const isBfcl = "result" in record;

@@ -136,8 +136,8 @@ pub struct RehearsingAgent<'a, T: ?Sized> {
     /// The memory of each conversation's current turn: (task address, trial) → (where the
     /// turn starts, memory).
     memories: Mutex<HashMap<(usize, usize), (usize, String)>>,
-    /// Every memory made, per conversation, in order.
-    notes: Mutex<HashMap<(usize, usize), Vec<String>>>,
+    /// Every memory made, per conversation, in order, with the attempts it summarises.
+    notes: Mutex<HashMap<(usize, usize), Vec<(String, Vec<AttemptSummary>)>>>,
     /// Imagined attempts and calls so far, for reports.
     counts: Mutex<(usize, usize)>,
 }
@@ -308,8 +308,13 @@ impl<'a, T: ?Sized> RehearsingAgent<'a, T> {
         }
     }
 
-    /// The memory for the turn that follows `conversation`.
-    fn memory(&self, system: &str, conversation: &[Message], trial: usize) -> String {
+    /// The memory for the turn that follows `conversation`, and the attempts behind it.
+    fn memory(
+        &self,
+        system: &str,
+        conversation: &[Message],
+        trial: usize,
+    ) -> (String, Vec<AttemptSummary>) {
         let base =
             (trial as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03) ^ conversation.len() as u64;
         let mut attempts: Vec<AttemptSummary> = Vec::new();
@@ -337,7 +342,10 @@ impl<'a, T: ?Sized> RehearsingAgent<'a, T> {
                 );
             }
         }
-        memory_text(&attempts, self.budget.max_memory_chars)
+        (
+            memory_text(&attempts, self.budget.max_memory_chars),
+            attempts,
+        )
     }
 }
 
@@ -365,7 +373,7 @@ impl<T: ?Sized + Sync> Agent<T> for RehearsingAgent<'_, T> {
         let memory = match cached {
             Some(memory) => memory,
             None => {
-                let memory = self.memory(&system, &conversation[..turn_start], trial);
+                let (memory, attempts) = self.memory(&system, &conversation[..turn_start], trial);
                 self.memories
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -375,7 +383,7 @@ impl<T: ?Sized + Sync> Agent<T> for RehearsingAgent<'_, T> {
                     .unwrap_or_else(|p| p.into_inner())
                     .entry(key)
                     .or_default()
-                    .push(memory.clone());
+                    .push((memory.clone(), attempts));
                 memory
             }
         };
@@ -391,7 +399,17 @@ impl<T: ?Sized + Sync> Agent<T> for RehearsingAgent<'_, T> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
-            .cloned()
+            .map(|notes| notes.iter().map(|(memory, _)| memory.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    fn private_attempts(&self, task: &T, trial: usize) -> Vec<Vec<AttemptSummary>> {
+        let key = (task as *const T as *const u8 as usize, trial);
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .map(|notes| notes.iter().map(|(_, attempts)| attempts.clone()).collect())
             .unwrap_or_default()
     }
 }

@@ -42,7 +42,7 @@ pub fn curve_category(style: RehearsalMode, budget: usize) -> String {
 const MAX_ANSWER_CHARS: usize = 240;
 
 /// One call of an attempt as a rehearsal memory shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct CallSummary {
     /// The tool's name, or `malformed call` when the call could not be parsed.
     pub name: String,
@@ -66,7 +66,7 @@ impl CallSummary {
 
 /// One attempt as a rehearsal memory shows it: each call with the response it got (as the
 /// agent would read it, errors as `Error: …`), then how the attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AttemptSummary {
     /// One per call, in order.
     pub calls: Vec<CallSummary>,

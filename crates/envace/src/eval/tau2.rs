@@ -24,6 +24,7 @@ use crate::env::tau2::task::{RewardType, UserInstructions};
 use crate::env::tau2::{Task, Tau2Domain};
 use crate::env::{Environment, render_outcome};
 use crate::error::Result;
+use crate::eval::rehearsal::AttemptSummary;
 use crate::openai::{ChatClient, ChatMsg, ChatRequest, ToolCallOut};
 
 /// The agent's first message, before the user says anything (the reference's default).
@@ -53,6 +54,13 @@ pub trait Agent<T: ?Sized = Task>: Sync {
     /// rehearsing agent's memory before each turn), recorded with the conversation. None by
     /// default.
     fn private_notes(&self, _task: &T, _trial: usize) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The attempts the agent imagined in the task's `trial`-th conversation, one list per
+    /// private note (with test-time rehearsal: each turn's attempts, calls, imagined responses
+    /// and endings), recorded with the conversation. None by default.
+    fn private_attempts(&self, _task: &T, _trial: usize) -> Vec<Vec<AttemptSummary>> {
         Vec::new()
     }
 }
@@ -176,6 +184,9 @@ pub struct ConversationRecord {
     pub tool_errors: usize,
     /// The agent's private notes: with test-time rehearsal, its memory before each turn.
     pub private_notes: Vec<String>,
+    /// With test-time rehearsal, the attempts behind each note (empty without).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub imagined_attempts: Vec<Vec<AttemptSummary>>,
     pub secs: f64,
 }
 
@@ -350,6 +361,7 @@ pub fn run_conversation(
         nl_assertions,
         tool_errors: errors,
         private_notes: agent.private_notes(task, trial),
+        imagined_attempts: agent.private_attempts(task, trial),
         secs: started.elapsed().as_secs_f64(),
     })
 }

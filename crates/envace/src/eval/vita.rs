@@ -214,6 +214,9 @@ pub struct VitaRecord {
     pub final_orders: Value,
     /// The agent's private notes: with test-time rehearsal, its memory before each turn.
     pub private_notes: Vec<String>,
+    /// With test-time rehearsal, the attempts behind each note (empty without).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub imagined_attempts: Vec<Vec<crate::eval::rehearsal::AttemptSummary>>,
     pub secs: f64,
 }
 
@@ -255,6 +258,7 @@ pub fn run_conversation(
         unbuilt_calls: env.unbuilt_calls(),
         final_orders: serde_json::to_value(&env.db().orders).unwrap_or(Value::Null),
         private_notes: agent.private_notes(task, trial),
+        imagined_attempts: agent.private_attempts(task, trial),
         secs: 0.0,
     };
     if !record.termination.is_graded() {

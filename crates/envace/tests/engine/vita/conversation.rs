@@ -494,6 +494,7 @@ fn record(task: &str, trial: usize, reward: Option<f64>) -> VitaRecord {
         unbuilt_calls: 0,
         final_orders: Value::Null,
         private_notes: Vec::new(),
+        imagined_attempts: Vec::new(),
         secs: 0.0,
     }
 }

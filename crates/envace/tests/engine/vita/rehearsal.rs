@@ -168,6 +168,19 @@ fn the_agent_rehearses_with_its_own_model_and_acts_for_real_with_the_memory() {
     assert_eq!(committed[0].messages[at + 1].content, task.instructions);
     // The memory is recorded with the conversation, once for its one agent turn.
     assert_eq!(record.private_notes, vec![memory.to_owned()]);
+    // And the attempts behind it, whole: each call with its imagined response, and the ending.
+    assert_eq!(record.imagined_attempts.len(), 1);
+    let attempts = &record.imagined_attempts[0];
+    assert_eq!(attempts.len(), 2);
+    let first = &attempts[0].calls[0];
+    assert_eq!(first.name, "get_user_all_orders");
+    assert!(first.response.contains("imagined orders"), "{first:?}");
+    assert!(attempts[0].answered && attempts[0].outcome.starts_with("answer: "));
+    let stored = serde_json::to_value(&record).unwrap();
+    assert_eq!(
+        stored["imagined_attempts"][0][0]["calls"][0]["name"],
+        "get_user_all_orders"
+    );
 }
 
 #[test]

@@ -76,8 +76,14 @@ pub fn float_repr(x: f64) -> String {
     if x == 0.0 {
         return if x.is_sign_negative() { "-0.0" } else { "0.0" }.to_owned();
     }
-    // `{:e}` gives the shortest round-trip digits as `d.ddde<exp>`.
-    let sci = format!("{:e}", x.abs());
+    // `{:e}` gives the shortest round-trip digits as `d.ddde<exp>`; where two such strings are
+    // equally near, Python takes the even one, which exact rounding to that many digits gives.
+    let shortest = format!("{:e}", x.abs());
+    let n_digits = shortest
+        .split('e')
+        .next()
+        .map_or(1, |m| m.chars().filter(char::is_ascii_digit).count());
+    let sci = format!("{:.*e}", n_digits.saturating_sub(1), x.abs());
     let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
@@ -299,6 +305,12 @@ mod tests {
             (-0.0, "-0.0"),
             (100.0, "100.0"),
             (123.456, "123.456"),
+            // Two shortest strings equally near: Python takes the even digit.
+            (3_602_879_701_896_397.0 / 4.0, "900719925474099.2"),
+            (2f64.powi(-25), "2.9802322387695312e-08"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (0.1 + 0.2, "0.30000000000000004"),
         ];
         for (x, want) in cases {
             assert_eq!(float_repr(x), want, "repr({x:?})");

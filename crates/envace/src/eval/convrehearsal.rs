@@ -120,6 +120,9 @@ pub fn memory_text(attempts: &[AttemptSummary], max_chars: usize) -> String {
     text
 }
 
+/// A memory made before one turn, and the imagined attempts it summarises.
+type Note = (String, Vec<AttemptSummary>);
+
 /// An agent that rehearses privately before each of its turns (see the module's comment).
 pub struct RehearsingAgent<'a, T: ?Sized> {
     /// Builds requests: the tools, call ids, the reply's form, `max_tokens`, `temperature`.
@@ -137,7 +140,7 @@ pub struct RehearsingAgent<'a, T: ?Sized> {
     /// turn starts, memory).
     memories: Mutex<HashMap<(usize, usize), (usize, String)>>,
     /// Every memory made, per conversation, in order, with the attempts it summarises.
-    notes: Mutex<HashMap<(usize, usize), Vec<(String, Vec<AttemptSummary>)>>>,
+    notes: Mutex<HashMap<(usize, usize), Vec<Note>>>,
     /// Imagined attempts and calls so far, for reports.
     counts: Mutex<(usize, usize)>,
 }

@@ -3,8 +3,10 @@
 //! overall mean per checkpoint) and the drill-down from a score to its failing tasks, with the
 //! checker's reason and the model's calls beside the expected ones, or a conversation's
 //! grade. The records are real: BFCL outputs scored by the engine's AST checker, and a τ² and
-//! a VitaBench conversation run and graded by the engine's evaluators. A column evaluated with
-//! test-time rehearsal sits beside the plain one, the scores are charted over checkpoints, and
+//! a VitaBench conversation run and graded by the engine's evaluators, and a BFCL multi-turn
+//! task executed on the rebuilt backends (its turns' calls beside the expected ones and what
+//! each turn's calls were answered). A column evaluated with test-time rehearsal sits beside
+//! the plain one, the scores are charted over checkpoints, and
 //! the Compare tab shows two runs' tables side by side.
 
 use std::path::Path;
@@ -141,6 +143,65 @@ impl RubricJudge for FirstRubricOnly {
     }
 }
 
+/// multi_turn_base_0 answered with its ground truth but for one call (the `mkdir` of its
+/// first turn), executed on the rebuilt backends and scored by BFCL's multi-turn checker, as
+/// the runner records it.
+fn bfcl_multi_row(step: u64) -> EvalTaskRow {
+    let entries = bfcl::multi::load_multi(&data(), "multi_turn_base").unwrap();
+    let entry = &entries[0];
+    let mut output = bfcl::multi::gold_multi_output(entry);
+    output[0][0].as_array_mut().unwrap().remove(1);
+    let mut live =
+        envace::env::bfcl::Instances::new(&entry.initial_config, &entry.involved_classes).unwrap();
+    let execution: Vec<Value> = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|turn| {
+            let steps = turn.as_array().unwrap().iter().map(|step| {
+                let calls = step.as_array().unwrap();
+                json!(
+                    calls
+                        .iter()
+                        .map(|c| live.execute(c.as_str().unwrap()))
+                        .collect::<Vec<_>>()
+                )
+            });
+            json!(steps.collect::<Vec<_>>())
+        })
+        .collect();
+    let verdict = bfcl::multi::check_multi(entry, &output);
+    assert!(!verdict.valid);
+    let messages: Vec<Value> = entry
+        .turns
+        .iter()
+        .flatten()
+        .map(|m| json!({"role": m.role, "content": m.content}))
+        .collect();
+    let record = bfcl::multi::MultiRecord {
+        category: "multi_turn_base".into(),
+        id: entry.id.clone(),
+        messages: json!(messages),
+        result: output,
+        execution: json!(execution),
+        valid: false,
+        reason: verdict.reason(),
+        expected: json!(entry.ground_truth),
+        steps: 4,
+        completion_tokens: 0,
+        secs: 1.0,
+    };
+    EvalTaskRow {
+        step,
+        benchmark: "bfcl_multi_turn_base".into(),
+        task_id: entry.id.clone(),
+        trial: 0,
+        score: Some(0.0),
+        reason: record.reason.clone(),
+        data: serde_json::to_value(&record).unwrap(),
+    }
+}
+
 fn eval_row(step: u64, benchmark: &str, metric: &str, value: f64) -> EvalRow {
     EvalRow {
         step,
@@ -224,6 +285,10 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
             batch
                 .evals
                 .push(eval_row(step, "vita_delivery", "pass@1", 0.0));
+            batch
+                .evals
+                .push(eval_row(step, "bfcl_multi_turn_base", "accuracy", 0.0));
+            batch.eval_tasks.push(bfcl_multi_row(step));
             batch.eval_tasks.push(EvalTaskRow {
                 step,
                 benchmark: "vita_delivery".into(),
@@ -268,13 +333,14 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
         "τ²-bench",
         "VitaBench",
         "simple_python",
+        "multi_turn_base",
         "airline",
         "airline@parallel:2",
         "delivery",
         "overall",
         "66.7%",
         "100.0%",
-        "33.3%",
+        "16.7%",
     ] {
         assert!(table.contains(cell), "{cell} in {table}");
     }
@@ -284,21 +350,21 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
             json!([]),
         )
         .unwrap();
-    // Rows: step, simple_python, BFCL mean, airline, airline@parallel:2, τ² mean (plain
-    // columns only), delivery, VitaBench mean, overall (over the family means).
+    // Rows: step, multi_turn_base, simple_python, BFCL mean, airline, airline@parallel:2, τ²
+    // mean (plain columns only), delivery, VitaBench mean, overall (over the family means).
     assert_eq!(
         cells,
         json!([
-            ["4", "66.7%", "66.7%", "–", "–", "–", "–", "–", "66.7%"],
+            ["4", "–", "66.7%", "66.7%", "–", "–", "–", "–", "–", "66.7%"],
             [
-                "8", "100.0%", "100.0%", "0.0%", "100.0%", "0.0%", "0.0%", "0.0%", "33.3%"
+                "8", "0.0%", "100.0%", "50.0%", "0.0%", "100.0%", "0.0%", "0.0%", "0.0%", "16.7%"
             ]
         ])
     );
-    // The same scores over checkpoints: 4 columns, 3 family means and the overall, 11 points.
+    // The same scores over checkpoints: 5 columns, 3 family means and the overall, 12 points.
     s.wait_for(
         "the chart of scores over checkpoints",
-        "const c = document.getElementById('chart-benchview'); return c && Number(c.dataset.points) === 11 && c.querySelector('canvas') !== null",
+        "const c = document.getElementById('chart-benchview'); return c && Number(c.dataset.points) === 12 && c.querySelector('canvas') !== null",
         Duration::from_secs(10),
     )
     .unwrap();
@@ -403,6 +469,53 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
     );
     studio.shot("studio-benchmarks-tau2-task", Some("#task-detail"));
 
+    // The multi-turn score opens its task: the calls per turn beside the expected ones, what
+    // each turn's calls were answered, and the checker's reason.
+    s.click("#score-table button[data-benchmark='bfcl_multi_turn_base'][data-step='8']")
+        .unwrap();
+    s.wait_for(
+        "the multi-turn task",
+        "return document.querySelector(\"#task-table .task-row[data-task='multi_turn_base_0']\") !== null",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let reason: Value = s
+        .script(
+            "return document.querySelector(\"#task-table .task-row[data-task='multi_turn_base_0']\").innerText",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        reason
+            .as_str()
+            .unwrap()
+            .contains("multi_turn:instance_state_mismatch"),
+        "{reason}"
+    );
+    s.click("#task-table .task-row[data-task='multi_turn_base_0'] td")
+        .unwrap();
+    let shown = s
+        .wait_for(
+            "the turns' calls and results",
+            "const m = document.querySelector('#task-detail .model-calls'); const e = document.querySelector('#task-detail .expected-calls'); const f = document.querySelector('#task-detail .facts'); return m && e && f && [m.textContent, e.textContent, f.innerText]",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    let (model, expected, facts) = (
+        shown[0].as_str().unwrap(),
+        shown[1].as_str().unwrap(),
+        shown[2].as_str().unwrap(),
+    );
+    assert!(
+        !model.contains("mkdir") && expected.contains("mkdir(dir_name='temp')"),
+        "{model} / {expected}"
+    );
+    assert!(
+        facts.contains("turn 2 results") && facts.contains("No such file or directory"),
+        "{facts}"
+    );
+    studio.shot("studio-benchmarks-bfcl-multi-turn", Some("#task-detail"));
+
     // The VitaBench score opens its conversation, with each rubric's verdict.
     s.click("#score-table button[data-benchmark='vita_delivery'][data-step='8']")
         .unwrap();
@@ -460,18 +573,20 @@ fn benchmark_scores_drill_down_to_failing_tasks() {
             [
                 format!("run {} · smollm2-eval", run.0),
                 "8",
-                "100.0%",
-                "100.0%",
                 "0.0%",
                 "100.0%",
+                "50.0%",
+                "0.0%",
+                "100.0%",
                 "0.0%",
                 "0.0%",
                 "0.0%",
-                "33.3%"
+                "16.7%"
             ],
             [
                 format!("run {} · smollm2-b", other.0),
                 "2",
+                "–",
                 "50.0%",
                 "50.0%",
                 "–",

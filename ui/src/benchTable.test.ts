@@ -79,6 +79,18 @@ describe("task detail", () => {
     expect(JSON.parse(detail.expected!)).toEqual([{ "math.area": { r: [2, 2.0] } }]);
     expect(taskDetail(JSON.stringify({ messages: [], result: "No tool fits.", expected: null })).expected).toBe("no call (irrelevance)");
   });
+  it("shows a BFCL multi-turn record's calls per turn and what each turn's calls were answered", () => {
+    const detail = taskDetail(JSON.stringify({
+      messages: [{ role: "user", content: "Go to docs." }],
+      result: [[[{ cd: { folder: "docs" } }], "Done."]],
+      execution: [[['{"current_working_directory": "docs"}']]],
+      expected: [["cd(folder='docs')"]],
+      reason: "",
+    }));
+    expect(JSON.parse(detail.output!)).toEqual([[[{ cd: { folder: "docs" } }], "Done."]]);
+    expect(JSON.parse(detail.expected!)).toEqual([["cd(folder='docs')"]]);
+    expect(detail.facts).toContainEqual(["turn 1 results", '{"current_working_directory": "docs"}']);
+  });
   it("shows a τ² conversation with how it ended and the reward's components", () => {
     const detail = taskDetail(JSON.stringify({
       messages: [{ role: "assistant", content: "Hi!" }, { role: "user", content: "###STOP###" }],

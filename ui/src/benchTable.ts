@@ -207,6 +207,14 @@ export function taskDetail(recordJson: string): TaskDetail {
   if (typeof record.unbuilt_calls === "number" && record.unbuilt_calls > 0) {
     facts.push(["tools not rebuilt", `${record.unbuilt_calls} call(s) answered "not rebuilt"`]);
   }
+  // BFCL multi-turn: what each turn's calls were answered with.
+  const execution = record.execution as string[][][] | undefined;
+  if (Array.isArray(execution)) {
+    execution.forEach((steps, turn) => {
+      const results = (steps ?? []).flat();
+      if (results.length > 0) facts.push([`turn ${turn + 1} results`, results.join(" | ")]);
+    });
+  }
   const notes = (record.private_notes as string[] | undefined) ?? [];
   notes.forEach((note, i) => facts.push([`rehearsal memory ${i + 1}`, note]));
   // The imagined attempts behind each memory, whole: every call with its imagined response.

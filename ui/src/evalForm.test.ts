@@ -40,5 +40,6 @@ describe("evaluation request", () => {
   it("offers every benchmark envace eval runs from the studio", () => {
     expect(BENCH_CHOICES.flatMap((g) => g.items)).toContain("vita:delivery");
     expect(BENCH_CHOICES[0].items).toContain("bfcl:irrelevance");
+    expect(BENCH_CHOICES[0].items).toContain("bfcl:multi_turn_base");
   });
 });

@@ -7,7 +7,9 @@ import type { EvalRequest } from "./bindings";
 export const BENCH_CHOICES: { group: string; items: string[] }[] = [
   {
     group: "BFCL",
-    items: ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple", "irrelevance"].map((c) => `bfcl:${c}`),
+    items: ["simple_python", "simple_java", "simple_javascript", "multiple", "parallel", "parallel_multiple", "irrelevance", "multi_turn_base"].map(
+      (c) => `bfcl:${c}`,
+    ),
   },
   { group: "τ²-bench", items: ["tau2:retail", "tau2:airline"] },
   { group: "VitaBench", items: ["vita:delivery"] },

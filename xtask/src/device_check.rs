@@ -524,7 +524,12 @@ mod tests {
         assert_eq!(o.cuda.as_deref(), Some("13.0"));
         assert_eq!(o.prepare.as_deref(), Some(Path::new("out")));
         assert_eq!(o.compute_cap.as_deref(), Some("90"));
-        assert!(Options::parse(&args("--prebuilt b")).unwrap().prebuilt.is_some());
+        assert!(
+            Options::parse(&args("--prebuilt b"))
+                .unwrap()
+                .prebuilt
+                .is_some()
+        );
         for (bad, says) in [
             ("--prepare a --prebuilt b", "give one of them"),
             ("--compute-cap 90", "is for --prepare"),

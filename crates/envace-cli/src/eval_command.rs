@@ -36,6 +36,21 @@ enum Bench {
     Tools(String),
 }
 
+/// One BFCL category's tasks.
+enum BfclSuite {
+    Single(Vec<bfcl::Entry>),
+    Multi(Vec<bfcl::multi::MultiEntry>),
+}
+
+impl BfclSuite {
+    fn len(&self) -> usize {
+        match self {
+            BfclSuite::Single(entries) => entries.len(),
+            BfclSuite::Multi(entries) => entries.len(),
+        }
+    }
+}
+
 /// The items of `--bench` (`bfcl:NAME`, `tau2:DOMAIN`), checked before any model is loaded.
 fn parse_benches(bench: &[String]) -> Result<Vec<Bench>> {
     let mut out = Vec::new();
@@ -50,10 +65,13 @@ fn parse_benches(bench: &[String]) -> Result<Vec<Bench>> {
                 if let Some(why) = bfcl::unsupported(category) {
                     bail!("--bench {item:?}: {why}");
                 }
-                if !bfcl::CATEGORIES.contains(&category) {
+                if !bfcl::CATEGORIES.contains(&category)
+                    && !bfcl::multi::MULTI_CATEGORIES.contains(&category)
+                {
                     bail!(
-                        "--bench {item:?}: unknown BFCL category; the categories are {}",
-                        bfcl::CATEGORIES.join(", ")
+                        "--bench {item:?}: unknown BFCL category; the categories are {}, {}",
+                        bfcl::CATEGORIES.join(", "),
+                        bfcl::multi::MULTI_CATEGORIES.join(", ")
                     );
                 }
                 out.push(Bench::Bfcl(category.to_owned()));
@@ -407,11 +425,17 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     for bench in &benches {
         match bench {
             Bench::Bfcl(category) => {
-                let mut entries = bfcl::load(data, category)?;
-                if let Some(n) = args.limit {
-                    entries.truncate(n);
-                }
-                bfcl_suites.push((category.clone(), entries));
+                let limit = args.limit.unwrap_or(usize::MAX);
+                let suite = if bfcl::is_multi_turn(category) {
+                    let mut entries = bfcl::multi::load_multi(data, category)?;
+                    entries.truncate(limit);
+                    BfclSuite::Multi(entries)
+                } else {
+                    let mut entries = bfcl::load(data, category)?;
+                    entries.truncate(limit);
+                    BfclSuite::Single(entries)
+                };
+                bfcl_suites.push((category.clone(), suite));
             }
             Bench::Tau2(kind) => {
                 let dir = tau2_dir(data, *kind);
@@ -558,35 +582,73 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     // (benchmark, category, metric, value, n_tasks) for the store.
     let mut scores: Vec<(String, String, String, f64, u64)> = Vec::new();
     let mut accuracy = BTreeMap::new();
-    for (category, entries) in &bfcl_suites {
+    for (category, suite) in &bfcl_suites {
         let bar = progress_bar(
-            entries.len(),
+            suite.len(),
             format!("bfcl:{category}"),
             "tasks",
             args.progress_json,
         );
         let started = Instant::now();
-        let (score, records) =
-            bfcl::run::run_category(&agent_client, entries, category, &options, &|done, _| {
-                bar.set(done)
-            });
+        let progress = |done: usize, _: usize| bar.set(done);
+        // Each task's (id, right, reason, record), and what the category's line adds.
+        let mut tasks: Vec<(String, bool, String, serde_json::Value)> = Vec::new();
+        let (score, tokens, steps) = match suite {
+            BfclSuite::Single(entries) => {
+                let (score, records) =
+                    bfcl::run::run_category(&agent_client, entries, category, &options, &progress);
+                for r in &records {
+                    tasks.push((
+                        r.id.clone(),
+                        r.valid,
+                        r.reason.clone(),
+                        serde_json::to_value(r)?,
+                    ));
+                }
+                (
+                    score,
+                    records.iter().map(|r| r.completion_tokens).sum::<u64>(),
+                    None,
+                )
+            }
+            BfclSuite::Multi(entries) => {
+                let (score, records) =
+                    bfcl::multi::run_multi(&agent_client, entries, category, &options, &progress);
+                for r in &records {
+                    tasks.push((
+                        r.id.clone(),
+                        r.valid,
+                        r.reason.clone(),
+                        serde_json::to_value(r)?,
+                    ));
+                }
+                let steps: usize = records.iter().map(|r| r.steps).sum();
+                (
+                    score,
+                    records.iter().map(|r| r.completion_tokens).sum::<u64>(),
+                    Some(steps),
+                )
+            }
+        };
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
-        for record in &records {
-            let score = if record.valid { 1.0 } else { 0.0 };
+        for (id, valid, reason, record) in tasks {
+            let score = if valid { 1.0 } else { 0.0 };
             let row = task_row(
                 &format!("bfcl_{category}"),
-                &record.id,
+                &id,
                 0,
                 Some(score),
-                &record.reason,
-                serde_json::to_value(record)?,
+                &reason,
+                record,
             );
             keep(&mut lines, &mut task_rows, "bfcl", row)?;
         }
-        let tokens: u64 = records.iter().map(|r| r.completion_tokens).sum();
+        let steps = steps
+            .map(|n| format!("{n} model steps, "))
+            .unwrap_or_default();
         out!(
-            "bfcl:{category}: accuracy {:.4} ± {:.4} ({} of {} right) in {secs:.1} s ({tokens} generated tokens)",
+            "bfcl:{category}: accuracy {:.4} ± {:.4} ({} of {} right) in {secs:.1} s ({steps}{tokens} generated tokens)",
             score.accuracy,
             score.accuracy_se,
             score.correct,
@@ -614,12 +676,20 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         ));
         accuracy.insert(category.clone(), score.accuracy);
     }
+    let non_live = accuracy.keys().filter(|c| !bfcl::is_multi_turn(c)).count();
     if let Some(summary) = bfcl::ast_summary(&accuracy)
         && summary.is_finite()
-        && accuracy.len() > 1
+        && non_live > 1
     {
         out!(
             "bfcl: non-live AST summary {summary:.4} (BFCL's unweighted mean over the categories run)"
+        );
+    }
+    if let Some((overall, groups)) = bfcl::weighted_summary(&accuracy) {
+        let parts: Vec<String> = groups.iter().map(|(g, a)| format!("{g} {a:.4}")).collect();
+        out!(
+            "bfcl: overall {overall:.4} weighted as BFCL v4 weighs its groups, over those run ({}; live and agentic are not rebuilt)",
+            parts.join(", ")
         );
     }
 
@@ -1074,15 +1144,21 @@ pub fn score(command: EvalCommand) -> Result<ExitCode> {
         }
     };
     use envace::eval::bfcl;
-    let entries = bfcl::load(&data, &category)?;
     let given = bfcl::read_outputs(&outputs)?;
-    let names = if underscore_names {
-        bfcl::NameStyle::DotsAsUnderscores
+    let scored = if bfcl::is_multi_turn(&category) {
+        let entries = bfcl::multi::load_multi(&data, &category)?;
+        bfcl::multi::score_multi(&entries, &category, &given)
+            .with_context(|| format!("scoring {}", outputs.display()))?
     } else {
-        bfcl::NameStyle::AsDocumented
+        let entries = bfcl::load(&data, &category)?;
+        let names = if underscore_names {
+            bfcl::NameStyle::DotsAsUnderscores
+        } else {
+            bfcl::NameStyle::AsDocumented
+        };
+        bfcl::score(&entries, &category, &given, names)
+            .with_context(|| format!("scoring {}", outputs.display()))?
     };
-    let scored = bfcl::score(&entries, &category, &given, names)
-        .with_context(|| format!("scoring {}", outputs.display()))?;
     if json {
         out!("{}", serde_json::to_string(&scored)?);
     } else {

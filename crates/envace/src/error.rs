@@ -106,6 +106,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A BFCL multi-turn task cannot be set up: its `initial_config` does not fit the class, or
+    /// it involves a class that is not rebuilt.
+    #[error("BFCL {context}: {message}")]
+    BfclTask {
+        /// The task id, or the class when no task is known.
+        context: String,
+        /// What does not fit, naming the field.
+        message: String,
+    },
+
     /// A built-in tool's parameter schema does not compile as JSON Schema (a bug in the tool table).
     #[error("tool {tool:?}: its parameter schema is not valid JSON Schema: {message}")]
     ToolSchema {

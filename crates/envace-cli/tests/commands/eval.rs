@@ -107,6 +107,50 @@ fn score_bfcl_prints_each_tasks_verdict_and_the_accuracy() {
 }
 
 #[test]
+fn score_bfcl_multi_turn_runs_each_turns_calls_on_the_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let outputs = dir.path().join("multi.jsonl");
+    // multi_turn_base_1 as BFCL expects it (a turn a list of steps, a step a list of calls,
+    // written as Python or decoded), and multi_turn_base_3 with its second turn's copies missing.
+    std::fs::write(
+        &outputs,
+        concat!(
+            r#"{"id": "multi_turn_base_1", "result": [[["ls(a=True)"]], [[{"cd": {"folder": "workspace"}}, {"mv": {"source": "log.txt", "destination": "archive"}}], "Moved."], [["cd(folder='archive')", "grep(file_name='log.txt',pattern='Error')"]], [["tail(file_name='log.txt',lines=20)"]]]}"#,
+            "\n",
+            r#"{"id": "multi_turn_base_3", "result": [[["find(path='.',name='test')"]], [["cd(folder='projects')"]]]}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let data = data();
+    let out = run(&[
+        "eval",
+        "score",
+        "bfcl",
+        "--data",
+        data.to_str().unwrap(),
+        "--category",
+        "multi_turn_base",
+        "--outputs",
+        outputs.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}{}", stdout, text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[1], "multi_turn_base_1\tok", "{stdout}");
+    assert!(
+        lines[3].starts_with("multi_turn_base_3\twrong\tmulti_turn:instance_state_mismatch: turn 1: GorillaFileSystem"),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some(
+            "multi_turn_base: accuracy 0.0050 ± 0.0050 (1 of 200 right; 198 without an output, scored wrong)"
+        )
+    );
+}
+
+#[test]
 fn eval_runs_bfcl_tasks_on_a_model_and_writes_every_tasks_record() {
     let gguf = envace::model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();

@@ -15,7 +15,9 @@
 //! reports an [`EnvFault`] through [`Environment::fault`]; [`EpisodeScore`] then masks the
 //! episode with that reason instead of scoring it.
 
+pub mod bfcl;
 pub mod functions;
+pub mod pycall;
 pub mod pyjson;
 pub mod tau2;
 pub mod vita;

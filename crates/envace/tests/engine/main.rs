@@ -19,11 +19,13 @@ macro_rules! test_device {
     };
 }
 
+mod bfcl_multi;
 mod chat;
 mod config;
 mod endpoints;
 mod gguf;
 mod layers;
+mod loopback;
 mod model;
 mod openai_client;
 mod rehearsal_eval;

@@ -3,7 +3,7 @@
 //! the limit of requests in flight across clones, failures returned as data, the model list
 //! a connection check reads, and API keys from a registered key source (the studio's keyring).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,37 +104,15 @@ impl Scripted {
     }
 }
 
-/// Reads one request (headers and a `Content-Length` body, if any); its `Authorization` header, or
-/// `None` when the connection closed first.
+/// Reads one request; its `Authorization` header, or `None` when the connection closed first.
 fn read_request(stream: &TcpStream) -> Option<Option<String>> {
-    let mut reader = BufReader::new(stream);
-    let mut content_length = 0;
-    let mut authorization = None;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            match name.to_ascii_lowercase().as_str() {
-                "content-length" => content_length = value.trim().parse().ok()?,
-                "authorization" => authorization = Some(value.trim().to_owned()),
-                _ => {}
-            }
-        }
-    }
+    let request = crate::loopback::read_request(stream)?;
     // A GET (the model list) has no body; a chat completion names the model.
-    if content_length > 0 {
-        let mut body = vec![0; content_length];
-        reader.read_exact(&mut body).ok()?;
-        let request: serde_json::Value = serde_json::from_slice(&body).ok()?;
-        assert_eq!(request["model"], "scripted-model", "the model name is sent");
+    if !request.body.is_empty() {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).ok()?;
+        assert_eq!(body["model"], "scripted-model", "the model name is sent");
     }
-    Some(authorization)
+    Some(request.authorization)
 }
 
 fn answer(mut stream: TcpStream, act: Act) {

@@ -6,8 +6,9 @@
 
 pub mod checker;
 pub mod literals;
-pub mod pycall;
+pub mod multi;
 pub mod pyvalue;
+pub use crate::env::pycall;
 pub mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 
 pub use checker::{Language, NameStyle, Shape, Verdict};
 
-fn data_error(source_name: impl Into<String>, message: impl Into<String>) -> Error {
+pub(crate) fn data_error(source_name: impl Into<String>, message: impl Into<String>) -> Error {
     Error::Data {
         source_name: source_name.into(),
         message: message.into(),
@@ -47,9 +48,14 @@ pub const CATEGORIES: [&str; 7] = [
 
 /// Categories in the data that this build cannot score yet, with the reason.
 pub fn unsupported(category: &str) -> Option<&'static str> {
-    category.starts_with("multi_turn").then_some(
-        "multi-turn categories need BFCL's stateful backends (file system, messaging, trading, travel …), which are not built yet",
+    (category.starts_with("multi_turn") && !multi::MULTI_CATEGORIES.contains(&category)).then_some(
+        "of the multi-turn categories only multi_turn_base is rebuilt (the long-context, missing-function and missing-parameter variants are not)",
     )
+}
+
+/// Whether a category is one of the multi-turn ones ([`multi`]).
+pub fn is_multi_turn(category: &str) -> bool {
+    category.starts_with("multi_turn")
 }
 
 /// The language a category's arguments are written in.
@@ -107,7 +113,7 @@ pub fn data_root(dir: &Path) -> PathBuf {
     }
 }
 
-fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+pub(crate) fn read_lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
     let text = read_text(path)?;
     let mut out = Vec::new();
     for (idx, line) in text.lines().enumerate() {
@@ -133,6 +139,12 @@ pub fn load(dir: &Path, category: &str) -> Result<Vec<Entry>> {
         return Err(data_error(
             "BFCL",
             format!("category {category:?} is not supported: {why}"),
+        ));
+    }
+    if is_multi_turn(category) {
+        return Err(data_error(
+            "BFCL",
+            format!("category {category:?} is multi-turn: its tasks are read by multi::load_multi"),
         ));
     }
     if !CATEGORIES.contains(&category) {
@@ -249,6 +261,21 @@ pub struct CategoryScore {
 }
 
 impl CategoryScore {
+    /// The score of tasks given as (id, right, reason), none missing.
+    pub fn of_tasks<'a>(
+        category: &str,
+        tasks: impl Iterator<Item = (&'a str, bool, &'a str)>,
+    ) -> CategoryScore {
+        let verdicts = tasks
+            .map(|(id, valid, reason)| EntryVerdict {
+                id: id.to_owned(),
+                valid,
+                reason: reason.to_owned(),
+            })
+            .collect();
+        CategoryScore::of(category, verdicts, 0)
+    }
+
     /// The accuracy of `verdicts` and its standard error over tasks.
     pub fn of(category: &str, verdicts: Vec<EntryVerdict>, missing: usize) -> CategoryScore {
         let total = verdicts.len();
@@ -366,6 +393,45 @@ pub fn ast_summary(accuracy: &BTreeMap<String, f64>) -> Option<f64> {
             .filter_map(|c| accuracy.get(*c).copied()),
     );
     mean(&parts)
+}
+
+/// BFCL v4's overall weights of its score groups (`eval_runner_helper.py`: non-live 10, live 10,
+/// irrelevance 10, multi-turn 30, agentic 40), for the groups this build runs.
+pub const GROUP_WEIGHTS: [(&str, f64); 3] = [
+    ("non-live AST", 10.0),
+    ("irrelevance", 10.0),
+    ("multi-turn", 30.0),
+];
+
+/// BFCL's overall score over the groups that were run, weighted as BFCL weighs them and
+/// normalised over those groups: the non-live AST summary ([`ast_summary`]), irrelevance, and
+/// the mean of the multi-turn categories run; with each group's accuracy. None when fewer than
+/// two groups were run (a single group is its own summary). BFCL's own overall also counts the
+/// live and agentic groups, which are not rebuilt here.
+pub fn weighted_summary(
+    accuracy: &BTreeMap<String, f64>,
+) -> Option<(f64, Vec<(&'static str, f64)>)> {
+    let multi: Vec<f64> = accuracy
+        .iter()
+        .filter(|(c, _)| is_multi_turn(c))
+        .map(|(_, a)| *a)
+        .collect();
+    let groups = [
+        ast_summary(accuracy),
+        accuracy.get("irrelevance").copied(),
+        (!multi.is_empty()).then(|| multi.iter().sum::<f64>() / multi.len() as f64),
+    ];
+    let run: Vec<(&'static str, f64, f64)> = GROUP_WEIGHTS
+        .iter()
+        .zip(groups)
+        .filter_map(|((name, weight), acc)| acc.map(|a| (*name, *weight, a)))
+        .collect();
+    if run.len() < 2 {
+        return None;
+    }
+    let total: f64 = run.iter().map(|(_, w, _)| w).sum();
+    let value = run.iter().map(|(_, w, a)| w * a).sum::<f64>() / total;
+    Some((value, run.into_iter().map(|(n, _, a)| (n, a)).collect()))
 }
 
 /// The ground truth of `entry` written as a model's decoded calls: the first acceptable value
@@ -659,6 +725,27 @@ mod tests {
     }
 
     #[test]
+    fn bfcl_weighs_the_groups_run() {
+        let acc = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+        };
+        // One group alone has no weighted summary.
+        assert!(weighted_summary(&acc(&[("simple_python", 0.5)])).is_none());
+        // Non-live 10 and multi-turn 30: (10 · 0.5 + 30 · 0.1) / 40.
+        let (value, groups) =
+            weighted_summary(&acc(&[("simple_python", 0.5), ("multi_turn_base", 0.1)])).unwrap();
+        assert!((value - 0.2).abs() < 1e-12, "{value}");
+        assert_eq!(groups, vec![("non-live AST", 0.5), ("multi-turn", 0.1)]);
+        let (value, _) = weighted_summary(&acc(&[
+            ("simple_python", 1.0),
+            ("irrelevance", 0.0),
+            ("multi_turn_base", 0.5),
+        ]))
+        .unwrap();
+        assert!((value - 25.0 / 50.0).abs() < 1e-12, "{value}");
+    }
+
+    #[test]
     fn bad_data_and_outputs_are_named() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("possible_answer")).unwrap();
@@ -675,8 +762,12 @@ mod tests {
         .unwrap();
         let err = format!("{:#}", load(dir.path(), "simple_python").unwrap_err());
         assert!(err.contains("BFCL_v4_simple_python.json:2"), "{err}");
-        let err = load(dir.path(), "multi_turn_base").unwrap_err().to_string();
+        let err = load(dir.path(), "multi_turn_long_context")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not supported"), "{err}");
+        let err = load(dir.path(), "multi_turn_base").unwrap_err().to_string();
+        assert!(err.contains("multi-turn"), "{err}");
         let err = load(dir.path(), "simple_cobol").unwrap_err().to_string();
         assert!(err.contains("unknown category"), "{err}");
 

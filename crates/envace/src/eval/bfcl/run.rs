@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::{CategoryScore, Entry, EntryVerdict, Language, NameStyle, language, score_entry};
+use super::{CategoryScore, Entry, Language, NameStyle, language, score_entry};
 use crate::openai::{ChatClient, ChatMsg, ChatRequest};
 
 /// How tasks are sent.
@@ -225,15 +225,10 @@ pub fn run_category(
         &|entry| run_task(client, entry, category, options),
         progress,
     );
-    let verdicts: Vec<EntryVerdict> = records
+    let tasks = records
         .iter()
-        .map(|r| EntryVerdict {
-            id: r.id.clone(),
-            valid: r.valid,
-            reason: r.reason.clone(),
-        })
-        .collect();
-    (CategoryScore::of(category, verdicts, 0), records)
+        .map(|r| (r.id.as_str(), r.valid, r.reason.as_str()));
+    (CategoryScore::of_tasks(category, tasks), records)
 }
 
 fn run_task(

@@ -1,14 +1,41 @@
-//! Reading calls a model wrote as Python, `[func(a=1, b="x"), mod.g(c=[1, 2.5])]`, into BFCL's
-//! decoded form `[{"func": {"a": 1, "b": "x"}}, …]`: what BFCL's prompt mode asks models
-//! without tool-call training to write. Values are Python literals (numbers, strings, `True`,
-//! `False`, `None`, lists, tuples as lists, dicts with string keys); anything else, a positional
-//! argument or text around the list is an error saying where.
+//! Reading calls written as Python, `[func(a=1, b="x"), mod.g(c=[1, 2.5])]`: into BFCL's
+//! decoded form `[{"func": {"a": 1, "b": "x"}}, …]` (what BFCL's prompt mode asks models
+//! without tool-call training to write), or as [`PyCall`]s that keep positional arguments (how
+//! BFCL's multi-turn ground truth is written, `sort('report.txt')`). Values are Python literals
+//! (numbers, strings, `True`, `False`, `None`, lists, tuples as lists, dicts with string keys);
+//! anything else or text around the list is an error saying where.
 
 use serde_json::{Map, Number, Value};
 
 /// The calls in `text`: one Python list of calls, optionally inside a Markdown code fence, or a
 /// single call without the brackets.
 pub fn parse_calls(text: &str) -> Result<Value, String> {
+    let calls = parse_py_calls(text)?;
+    let mut decoded = Vec::with_capacity(calls.len());
+    for call in calls {
+        if !call.positional.is_empty() {
+            return Err(format!(
+                "{}: expected a keyword argument (name=value), found a positional one",
+                call.name
+            ));
+        }
+        let mut one = Map::new();
+        one.insert(call.name, Value::Object(call.keyword));
+        decoded.push(Value::Object(one));
+    }
+    Ok(Value::Array(decoded))
+}
+
+/// One call as written: its (possibly dotted) name, positional and keyword arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PyCall {
+    pub name: String,
+    pub positional: Vec<Value>,
+    pub keyword: Map<String, Value>,
+}
+
+/// The calls in `text` as [`parse_calls`] reads them, positional arguments allowed.
+pub fn parse_py_calls(text: &str) -> Result<Vec<PyCall>, String> {
     let mut body = text.trim();
     if let Some(rest) = body.strip_prefix("```") {
         let rest = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
@@ -46,7 +73,7 @@ pub fn parse_calls(text: &str) -> Result<Value, String> {
     if calls.is_empty() {
         return Err("the list holds no call".into());
     }
-    Ok(Value::Array(calls))
+    Ok(calls)
 }
 
 struct Parser<'a> {
@@ -106,7 +133,7 @@ impl Parser<'_> {
     }
 
     /// `name.path(key=value, …)`.
-    fn call(&mut self) -> Result<Value, String> {
+    fn call(&mut self) -> Result<PyCall, String> {
         let mut name = String::new();
         loop {
             let at = self.at;
@@ -122,29 +149,41 @@ impl Parser<'_> {
             }
         }
         self.expect('(')?;
-        let mut args = Map::new();
+        let mut positional = Vec::new();
+        let mut keyword = Map::new();
         loop {
             if self.eat(')') {
                 break;
             }
             let key_at = self.at;
             let key = self.identifier().map(str::to_owned);
-            let Some(key) = key.filter(|_| self.eat('=')) else {
-                return Err(format!(
-                    "{name}: expected a keyword argument (name=value) at character {key_at}"
-                ));
-            };
-            let value = self.value()?;
-            args.insert(key, value);
+            match key {
+                Some(key) if self.eat('=') => {
+                    let value = self.value()?;
+                    keyword.insert(key, value);
+                }
+                _ => {
+                    // Not `name=`: a positional value, read again from where it starts.
+                    self.at = key_at;
+                    if !keyword.is_empty() {
+                        return Err(format!(
+                            "{name}: a positional argument follows a keyword one at character {key_at}"
+                        ));
+                    }
+                    positional.push(self.value()?);
+                }
+            }
             if self.eat(',') {
                 continue;
             }
             self.expect(')')?;
             break;
         }
-        let mut call = Map::new();
-        call.insert(name, Value::Object(args));
-        Ok(Value::Object(call))
+        Ok(PyCall {
+            name,
+            positional,
+            keyword,
+        })
     }
 
     fn value(&mut self) -> Result<Value, String> {

@@ -268,7 +268,10 @@ fn eval_names_a_benchmark_it_cannot_run_before_loading_anything() {
             "tau2:airline",
             "need a user simulator: pass --user-endpoint",
         ),
-        ("bfcl:multi_turn_base", "stateful backends"),
+        (
+            "bfcl:multi_turn_long_context",
+            "only multi_turn_base is rebuilt",
+        ),
         ("bfcl:simple_cobol", "unknown BFCL category"),
         ("simple_python", "give BENCHMARK:CATEGORY"),
     ] {

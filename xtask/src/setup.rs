@@ -48,6 +48,11 @@ const APT_PACKAGES: &[(&str, &str)] = &[
         "`import` screenshots the virtual display, native dialogs included, in end-to-end tests",
     ),
     (
+        "mesa-vulkan-drivers",
+        "lavapipe, a Vulkan GPU on the CPU, on which the wgpu kernels' tests run",
+    ),
+    ("libvulkan1", "the Vulkan loader wgpu opens"),
+    (
         "fonts-dejavu-core",
         "the fonts the studio's screenshots are rendered with",
     ),

@@ -188,6 +188,15 @@ pub enum Error {
         message: String,
     },
 
+    /// Work on a wgpu device failed (a kernel's shapes, a weight, or the GPU itself).
+    #[error("wgpu, {context}: {message}")]
+    Wgpu {
+        /// What was being done, e.g. `uploading the policy`.
+        context: String,
+        /// What the GPU side said.
+        message: String,
+    },
+
     /// A model, tokenizer or template file that `cargo xtask setup` installs is not there.
     #[error("{what} is missing: {} does not exist; run `cargo xtask setup` (or set ENVACE_CACHE_DIR to the folder that holds it)", path.display())]
     MissingAsset {

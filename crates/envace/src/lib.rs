@@ -5,6 +5,8 @@
 //! `ARCHITECTURE.md` for the map. Modules land here as their issues bring real content.
 
 pub mod bench;
+#[cfg(feature = "wgpu")]
+pub mod bench_wgpu;
 pub mod chat;
 pub mod config;
 pub mod controller;

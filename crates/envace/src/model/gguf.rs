@@ -51,6 +51,11 @@ impl Gguf {
         &self.path
     }
 
+    /// The file's metadata and tensor directory.
+    pub(crate) fn content(&self) -> &Content {
+        &self.content
+    }
+
     /// `general.architecture`, e.g. `llama`.
     pub fn architecture(&self) -> Result<String> {
         Ok(self.string("general.architecture")?.to_owned())

@@ -16,6 +16,7 @@
 //! | prompt pass, [`Policy::forward_cached`] | the prompt of every generation, into a [`KvCache`]; batched with left padding | candle's fused inference ops, `cpu::decode_ops::small_linear` for few-row products | candle's fused inference ops |
 //! | decode step (`decode.rs`) | each new token of [`Policy::generate`] after the prompt | plain loops over the weights, `cpu::decode_ops` and `cpu::quant`'s f32 primitives | [`Policy::forward_cached`] one position at a time |
 //! | quantised decode (`qllama.rs`, [`QuantizedLlama`]) | a GGUF served by `serve-model` (also when it is the external simulator) on its quantised weights | `cpu::quant`: Q4_1 / Q8_0 weights times Q8_1 activations | candle's `quantized_llama` |
+//! | wgpu (`wgpu.rs`, feature `wgpu`) | a role's generation placed on `wgpu`: the policy's or a GGUF's weights uploaded by name to any GPU wgpu reaches, refreshed after each optimizer step | not used | `envace-gpu`'s WGSL kernels (lavapipe on a machine without a GPU) |
 //!
 //! The training forward and the prompt pass compute positions from the attention mask (`position = number of real tokens
 //! before`), so a left-padded row gives the same logits as the same row alone.
@@ -30,6 +31,8 @@ mod layers;
 mod llama;
 mod qllama;
 mod qwen3;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use cpu::quant;
 

@@ -14,7 +14,7 @@ use expect_test::expect;
 use serde_json::json;
 
 /// The cached file, or a failure that names it and `cargo xtask setup`.
-fn require(found: envace::Result<PathBuf>) -> PathBuf {
+pub(crate) fn require(found: envace::Result<PathBuf>) -> PathBuf {
     found.unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -98,7 +98,7 @@ fn llama_cpp_names_and_rope_layout() {
 }
 
 /// Prompt ids of a fixed chat under SmolLM2's own template.
-fn smollm2_prompt(gguf: &Gguf) -> Vec<u32> {
+pub(crate) fn smollm2_prompt(gguf: &Gguf) -> Vec<u32> {
     let template = ChatTemplate::from_gguf(gguf).unwrap();
     let text = template
         .render(

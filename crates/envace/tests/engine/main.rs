@@ -39,3 +39,5 @@ mod tokenize;
 mod toolmetrics;
 mod train;
 mod vita;
+#[cfg(feature = "wgpu")]
+mod wgpu;

@@ -23,7 +23,7 @@ fn tokens(rng: &mut Rng, n: usize, vocab: usize) -> Vec<u32> {
 
 /// A tiny model. Qwen3 gets a `head_dim` wider than `hidden_size / n_heads`, as real Qwen3
 /// checkpoints do; Llama may get Llama 3 RoPE scaling.
-fn tiny(architecture: Architecture, tie: bool, rope_scaling: bool) -> TransformerConfig {
+pub(crate) fn tiny(architecture: Architecture, tie: bool, rope_scaling: bool) -> TransformerConfig {
     TransformerConfig {
         architecture,
         vocab_size: 61,
@@ -55,7 +55,12 @@ fn tiny(architecture: Architecture, tie: bool, rope_scaling: bool) -> Transforme
 
 /// A random model whose norm scales are not all one, so that a norm applied to the wrong
 /// tensor shows.
-fn random_policy(cfg: TransformerConfig, device: &Device, dtype: DType, seed: u64) -> Policy {
+pub(crate) fn random_policy(
+    cfg: TransformerConfig,
+    device: &Device,
+    dtype: DType,
+    seed: u64,
+) -> Policy {
     let policy = Policy::init(cfg, seed, device, dtype).unwrap();
     let mut rng = Rng::new(seed.wrapping_mul(2654435761) | 1);
     for (name, var) in policy.vars() {

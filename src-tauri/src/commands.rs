@@ -12,10 +12,10 @@ use tauri_plugin_dialog::DialogExt;
 
 use crate::StudioState;
 use crate::contract::{
-    CallView, ConfigCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage, EpisodeView,
-    EvalSeries, EvalTaskView, FidelityScores, FieldIssue, GroupMemberView, GroupView, MessageView,
-    MetricSeries, PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup, StudioError,
-    TurnView, finite,
+    CallView, ConfigCheck, DeviceCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage,
+    EpisodeView, EvalSeries, EvalTaskView, FidelityScores, FieldIssue, GroupMemberView, GroupView,
+    MessageView, MetricSeries, PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup,
+    StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -807,6 +807,16 @@ pub async fn check_endpoint(toml: String, path: Vec<String>) -> Result<EndpointC
     tauri::async_runtime::spawn_blocking(move || crate::endpoint_check::check(endpoint, &at))
         .await
         .map_err(|err| StudioError::new("Cannot check the connection", err))?
+}
+
+/// Checks where the config's training runs and which GPU adapter its wgpu generation would use,
+/// opening them as a job does at its start.
+#[tauri::command]
+#[specta::specta]
+pub async fn check_device(toml: String) -> Result<DeviceCheck, StudioError> {
+    tauri::async_runtime::spawn_blocking(move || crate::device_check::check(&toml))
+        .await
+        .map_err(|err| StudioError::new("Cannot check the device", err))?
 }
 
 /// Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the

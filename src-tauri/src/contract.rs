@@ -432,6 +432,20 @@ pub struct EndpointCheck {
     pub summary: String,
 }
 
+/// What the editor's "Check device" found for the config's `[backend]`.
+#[derive(Debug, Clone, Serialize, Type)]
+pub struct DeviceCheck {
+    /// Every device the config asks for opened.
+    pub ok: bool,
+    /// Where training runs, in words; `None` when that device does not open.
+    pub training: Option<String>,
+    /// The wgpu adapter generation will use (name, type and backend), when a role is placed on
+    /// wgpu and an adapter opened.
+    pub adapter: Option<String>,
+    /// One line for the person: where training and each role's generation run, or what failed.
+    pub summary: String,
+}
+
 /// What a config field's Browse button asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
 #[serde(rename_all = "snake_case")]

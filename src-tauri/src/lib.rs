@@ -2,6 +2,7 @@
 
 pub mod commands;
 pub mod contract;
+pub mod device_check;
 pub mod endpoint_check;
 pub mod evaluation;
 pub mod secrets;
@@ -53,6 +54,7 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::save_png,
             commands::save_svg,
             commands::check_endpoint,
+            commands::check_device,
             commands::pick_path,
             commands::store_api_key,
             commands::forget_api_key,

@@ -395,3 +395,64 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
         "{line}"
     );
 }
+
+#[test]
+fn check_device_names_the_wgpu_adapter_rehearsal_will_generate_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wgpu.toml");
+    std::fs::write(&config, envace::config::preset("quickstart").unwrap().toml).unwrap();
+    let studio = Studio::open(&config, &dir.path().join("runs.sqlite"));
+    let s = studio.s();
+    // Everything on the CPU at first.
+    let (ok, line) = check(&studio, "backend");
+    assert!(ok, "{line}");
+    assert_eq!(
+        line,
+        "Training on the CPU; acting and rehearsal generate there too"
+    );
+
+    // Rehearsal placed on wgpu in the form: lavapipe is this machine's adapter.
+    s.click("[id='field-backend.rehearse_generation'] option[value='wgpu']")
+        .unwrap();
+    s.wait_for(
+        "the placement in the file",
+        "return document.getElementById('toml-view').value.includes('rehearse_generation = \"wgpu\"')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let (ok, line) = check(&studio, "backend");
+    assert!(ok, "{line}");
+    assert!(
+        line.starts_with("Training on the CPU; rehearsal generates on llvmpipe"),
+        "{line}"
+    );
+    studio.shot(
+        "studio-editor-check-device",
+        Some("[id='check-result-backend']"),
+    );
+
+    // An adapter name that matches nothing: the line names every backend tried.
+    s.type_into(
+        "[id='field-backend.wgpu_adapter']",
+        &format!("no such gpu{}", envace_e2e::webdriver::TAB),
+    )
+    .unwrap();
+    s.wait_for(
+        "the adapter name in the file",
+        "return document.getElementById('toml-view').value.includes('wgpu_adapter = \"no such gpu\"')",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let (ok, line) = check(&studio, "backend");
+    assert!(!ok, "{line}");
+    assert!(
+        line.starts_with(
+            "rehearsal on wgpu: cannot open wgpu: no GPU adapter found; tried vulkan:"
+        ) && line.contains("(none whose name contains `no such gpu`)"),
+        "{line}"
+    );
+    studio.shot(
+        "studio-editor-check-device-missing",
+        Some("[id='check-result-backend']"),
+    );
+}

@@ -83,6 +83,11 @@ export const commands = {
 	 */
 	checkEndpoint: (toml: string, path: string[]) => typedError<EndpointCheck, StudioError>(__TAURI_INVOKE("check_endpoint", { toml, path })),
 	/**
+	 *  Checks where the config's training runs and which GPU adapter its wgpu generation would use,
+	 *  opening them as a job does at its start.
+	 */
+	checkDevice: (toml: string) => typedError<DeviceCheck, StudioError>(__TAURI_INVOKE("check_device", { toml })),
+	/**
 	 *  Asks for a file or folder for the config field `field` (a dotted TOML path, shown in the
 	 *  dialog's title), starting beside `current` when it names an existing place, else in the
 	 *  config file's folder. Returns the path picked, or `None` when the person cancelled.
@@ -144,6 +149,21 @@ export type ConfigCheck = {
 	issues: FieldIssue[],
 	/**  The TOML's values as JSON (what the form shows); `null` when the TOML does not parse. */
 	values: Value,
+};
+
+/**  What the editor's "Check device" found for the config's `[backend]`. */
+export type DeviceCheck = {
+	/**  Every device the config asks for opened. */
+	ok: boolean,
+	/**  Where training runs, in words; `None` when that device does not open. */
+	training: string | null,
+	/**
+	 *  The wgpu adapter generation will use (name, type and backend), when a role is placed on
+	 *  wgpu and an adapter opened.
+	 */
+	adapter: string | null,
+	/**  One line for the person: where training and each role's generation run, or what failed. */
+	summary: string,
 };
 
 /**  One line of a diff between two config texts. */

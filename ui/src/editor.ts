@@ -120,6 +120,7 @@ export class Editor {
       );
     } else {
       if (isEndpoint(section)) body.push(this.connectionCheck(section));
+      if (section.id === "backend") body.push(this.deviceCheck());
       body.push(...section.fields.map((f) => this.renderField(f)));
       if (isEndpoint(section)) body.push(this.apiKeyRow(section));
       body.push(...section.sections.map((s) => this.renderSection(s)));
@@ -156,6 +157,38 @@ export class Editor {
         result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
         result.textContent = check.summary;
         result.title = [check.models.length ? `Models: ${check.models.join(", ")}` : "", check.models_error ? `Model list: ${check.models_error}` : ""].filter(Boolean).join("\n");
+        result.dataset.ok = String(check.ok);
+      })();
+    });
+    return h("div", { class: "connection-check" }, button, result);
+  }
+
+  /**
+   * A "Check device" button for `[backend]`: where training runs and which GPU adapter a role
+   * placed on wgpu will generate on, opened as a job opens them at its start.
+   */
+  private deviceCheck(): HTMLElement {
+    const result = h("span", { id: "check-result-backend", class: "check-result", role: "status" });
+    const button = h("button", { id: "check-backend", title: "Open the training device and the wgpu adapter this config asks for" }, "Check device");
+    button.addEventListener("click", () => {
+      void (async () => {
+        button.disabled = true;
+        delete result.dataset.ok;
+        result.className = "check-result";
+        result.textContent = "Checking…";
+        await this.pending;
+        const outcome = await commands.checkDevice(this.state.toml);
+        button.disabled = false;
+        if (outcome.status === "error") {
+          result.className = "check-result check-bad";
+          result.textContent = `${outcome.error.detail}${outcome.error.field ? ` (${outcome.error.field})` : ""}`;
+          result.dataset.ok = "false";
+          return;
+        }
+        const check = outcome.data;
+        result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
+        result.textContent = check.summary;
+        result.title = check.adapter ? `Adapter: ${check.adapter}` : "";
         result.dataset.ok = String(check.ok);
       })();
     });

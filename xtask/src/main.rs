@@ -6,6 +6,7 @@ mod bench_grpo;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
+mod bench_wgpu;
 mod check_aarch64;
 mod check_cuda;
 mod device_check;
@@ -48,6 +49,9 @@ commands:
                              (single turn, random init, same prompts, sizes and
                              reward rule): steps/min, generated tokens/s, update time,
                              peak memory; then our multi-turn rehearsal step beside it
+                 wgpu        [--adapter NAME] decoding on the wgpu path vs the CPU path
+                             (tiny model and SmolLM2, batch 1 and 16) with the adapter's
+                             name, and the cost of a weight refresh
                  rollout     episodes/min and tokens/s, real vs rehearsed tool responses
                  quickstart  wall time and held-out success: SFT only, real-environment
                              GRPO and rehearsal GRPO on the same budget
@@ -334,6 +338,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         Some("quickstart") => bench_runs::quickstart(root),
         Some("chart") => bench_chart::chart(root),
         Some("serve") => bench_serve::serve(root),
+        Some("wgpu") => bench_wgpu::wgpu(root, &args[1..]),
         Some("science") => bench_science::science(
             root,
             &bench_science::parse_seeds(args)?,
@@ -343,12 +348,12 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         ),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, rollout, quickstart, chart, science"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, wgpu, rollout, quickstart, chart, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, rollout, quickstart, chart, science"
+                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, wgpu, rollout, quickstart, chart, science"
             )
         }
     }

@@ -83,6 +83,7 @@ impl Gpu {
             });
             found.extend(adapters);
         }
+        let any_found = !found.is_empty();
         if let Some(name) = name {
             let wanted = name.to_lowercase();
             found.retain(|a| a.get_info().name.to_lowercase().contains(&wanted));
@@ -93,7 +94,7 @@ impl Gpu {
             if let Some(name) = name {
                 tried.push_str(&format!(" (none whose name contains `{name}`)"));
             }
-            if cfg!(target_os = "linux") {
+            if !any_found && cfg!(target_os = "linux") {
                 tried.push_str(
                     ". On Linux without a GPU, Mesa's lavapipe (Debian: mesa-vulkan-drivers) is a \
                      Vulkan adapter on the CPU",

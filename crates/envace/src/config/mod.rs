@@ -277,6 +277,16 @@ pub struct BackendConfig {
     #[serde(default)]
     #[schemars(range(max = 1024))]
     pub n_threads: u32,
+    /// Where RL rollouts generate the acting turns.
+    #[serde(default)]
+    pub act_generation: GenerationPlacement,
+    /// Where RL rollouts generate the rehearsed tool responses.
+    #[serde(default)]
+    pub rehearse_generation: GenerationPlacement,
+    /// For `wgpu` placements: part of the adapter's name, to pick one among several; empty
+    /// takes the best (a discrete GPU before an integrated one, a CPU adapter last).
+    #[serde(default)]
+    pub wgpu_adapter: String,
 }
 
 impl Default for BackendConfig {
@@ -286,8 +296,31 @@ impl Default for BackendConfig {
             dtype: Dtype::F32,
             cuda_device_index: 0,
             n_threads: 0,
+            act_generation: GenerationPlacement::Model,
+            rehearse_generation: GenerationPlacement::Model,
+            wgpu_adapter: String::new(),
         }
     }
+}
+
+impl BackendConfig {
+    /// Whether any role generates through wgpu.
+    pub fn uses_wgpu(&self) -> bool {
+        self.act_generation == GenerationPlacement::Wgpu
+            || self.rehearse_generation == GenerationPlacement::Wgpu
+    }
+}
+
+/// Where one role's generation runs during RL rollouts; training always runs on `device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationPlacement {
+    /// With the model on `device` (candle, or our CPU kernels).
+    #[default]
+    Model,
+    /// On a GPU through wgpu (Vulkan, Metal or DX12; lavapipe on a machine without one), with
+    /// the policy's weights copied there and refreshed after every optimizer step.
+    Wgpu,
 }
 
 /// A built-in environment domain.

@@ -52,6 +52,7 @@ impl Gguf {
     }
 
     /// The file's metadata and tensor directory.
+    #[cfg(feature = "wgpu")]
     pub(crate) fn content(&self) -> &Content {
         &self.content
     }

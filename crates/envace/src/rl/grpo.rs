@@ -570,6 +570,43 @@ pub fn step_rollouts(
 
 /// Runs the RL phase from `session.next_step` to its end: the explicit GRPO loop. Returns
 /// [`Flow::Stop`] when stopped (after a checkpoint).
+/// The policy's copy on a wgpu device, when `[backend]` places a role's RL generation there
+/// (`None` otherwise). Without `policy`, only checks that an adapter opens (at a job's start).
+#[cfg(feature = "wgpu")]
+pub(crate) fn open_generation_gpu(
+    config: &crate::config::ExperimentConfig,
+    policy: Option<&Policy>,
+) -> Result<Option<crate::model::wgpu::GpuModel>> {
+    let backend = &config.backend;
+    if !backend.uses_wgpu() {
+        return Ok(None);
+    }
+    let adapter = (!backend.wgpu_adapter.is_empty()).then_some(backend.wgpu_adapter.as_str());
+    let gpu = crate::model::wgpu::open_gpu(adapter)?;
+    let Some(policy) = policy else {
+        return Ok(None);
+    };
+    tracing::info!(adapter = %gpu.describe(), "RL generation on wgpu");
+    // Rotary angles for every position a rollout context can reach.
+    let positions = policy.config().max_position_embeddings.max(16_384);
+    policy.to_gpu(gpu, positions).map(Some)
+}
+
+/// Without the `wgpu` feature, a role placed on wgpu is refused at the job's start.
+#[cfg(not(feature = "wgpu"))]
+pub(crate) fn open_generation_gpu(
+    config: &crate::config::ExperimentConfig,
+    _policy: Option<&Policy>,
+) -> Result<Option<std::convert::Infallible>> {
+    if config.backend.uses_wgpu() {
+        return Err(Error::BackendNotCompiled {
+            backend: "wgpu",
+            feature: "wgpu",
+        });
+    }
+    Ok(None)
+}
+
 pub fn train(
     session: &mut Session,
     pool: &[Arc<GenTask>],
@@ -615,6 +652,14 @@ pub fn train(
         .iter()
         .map(|task| (task.id.as_str(), task.family))
         .collect();
+    #[cfg_attr(
+        not(feature = "wgpu"),
+        allow(
+            unused_mut,
+            reason = "refreshed after each step only with the wgpu feature"
+        )
+    )]
+    let mut on_gpu = open_generation_gpu(&session.config, Some(&session.policy))?;
     for step in session.next_step..last_step {
         if hooks.poll() == Flow::Stop {
             session.writer.flush()?;
@@ -639,7 +684,40 @@ pub fn train(
             sampling: rollout_sampling(&rl),
             max_batch: 64,
         };
-        let rollouts = step_rollouts(session, pool, step, rl_step, &mut generator)?;
+        let rollouts = match &on_gpu {
+            None => step_rollouts(session, pool, step, rl_step, &mut generator)?,
+            #[cfg(feature = "wgpu")]
+            Some(model) => {
+                let backend = session.config.backend.clone();
+                let mut gpu_act = crate::rollout::GpuGenerator {
+                    model,
+                    sampling: rollout_sampling(&rl),
+                    max_batch: 64,
+                };
+                let mut gpu_rehearse = crate::rollout::GpuGenerator {
+                    model,
+                    sampling: rollout_sampling(&rl),
+                    max_batch: 64,
+                };
+                let mut policy_rehearse = generator.clone();
+                let on_wgpu = |placement| placement == crate::config::GenerationPlacement::Wgpu;
+                let mut router = crate::rollout::RoleRouter {
+                    act: if on_wgpu(backend.act_generation) {
+                        &mut gpu_act
+                    } else {
+                        &mut generator
+                    },
+                    rehearse: if on_wgpu(backend.rehearse_generation) {
+                        &mut gpu_rehearse
+                    } else {
+                        &mut policy_rehearse
+                    },
+                };
+                step_rollouts(session, pool, step, rl_step, &mut router)?
+            }
+            #[cfg(not(feature = "wgpu"))]
+            Some(never) => match *never {},
+        };
         let episodes = rollouts.episodes;
         let rollout_secs = rollout_started.elapsed().as_secs_f64();
         let generated_tokens: usize = episodes
@@ -697,6 +775,17 @@ pub fn train(
             (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, rl.grad_clip, 1.0)?,
             _ => 0.0,
         };
+        // The GPU's copy follows the step (every weight changes under full fine-tuning).
+        #[cfg(feature = "wgpu")]
+        if let Some(model) = &mut on_gpu {
+            let refresh_started = Instant::now();
+            let bytes = crate::model::wgpu::refresh(model, &session.policy, &[])?;
+            tracing::debug!(
+                bytes,
+                secs = refresh_started.elapsed().as_secs_f64(),
+                "refreshed the wgpu copy of the policy"
+            );
+        }
 
         let update_secs = update_started.elapsed().as_secs_f64();
 

@@ -323,7 +323,11 @@ fn tokenizer_corpus(tasks: &[Arc<GenTask>], sources: &GenSources) -> Result<Vec<
 }
 
 fn device_of(config: &ExperimentConfig) -> Result<Device> {
-    model::resolve_device(config.backend.device, config.backend.cuda_device_index)
+    let device = model::resolve_device(config.backend.device, config.backend.cuda_device_index)?;
+    // A role placed on wgpu fails here, at the job's start, when no adapter opens; never
+    // after SFT has run.
+    super::grpo::open_generation_gpu(config, None)?;
+    Ok(device)
 }
 
 /// The stop token every supported chat format ends a message with.

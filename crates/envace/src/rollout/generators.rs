@@ -99,6 +99,55 @@ impl Generator for PolicyGenerator {
     }
 }
 
+/// The policy's copy on a wgpu device as a generator: all requests in left-padded batches, as
+/// [`PolicyGenerator`] does on the training device (same sampling settings; the draws come from
+/// the GPU's own seeded generator).
+#[cfg(feature = "wgpu")]
+#[derive(Debug)]
+pub struct GpuGenerator<'a> {
+    /// The weights on the GPU, refreshed by the trainer after each optimizer step.
+    pub model: &'a crate::model::wgpu::GpuModel,
+    /// Temperature, top-p and top-k; the seed comes from the requests.
+    pub sampling: Sampling,
+    /// Most requests generated together.
+    pub max_batch: usize,
+}
+
+#[cfg(feature = "wgpu")]
+impl Generator for GpuGenerator<'_> {
+    fn generate(
+        &mut self,
+        codec: &TokenCodec,
+        requests: &[GenerationRequest],
+    ) -> Result<Vec<GenerationOutput>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(self.max_batch.max(1)) {
+            let prompts: Vec<Vec<u32>> = chunk.iter().map(|r| r.prompt.clone()).collect();
+            let max_new = chunk.iter().map(|r| r.max_new_tokens).max().unwrap_or(0);
+            let sampling = Sampling {
+                seed: chunk.first().map_or(0, |r| r.seed),
+                ..self.sampling.clone()
+            };
+            let generated = crate::model::wgpu::generate(
+                self.model,
+                &prompts,
+                max_new,
+                codec.stop_ids(),
+                &sampling,
+            )?;
+            for (request, mut g) in chunk.iter().zip(generated) {
+                g.tokens.truncate(request.max_new_tokens);
+                g.logprobs.truncate(request.max_new_tokens);
+                out.push(GenerationOutput {
+                    tokens: g.tokens,
+                    logprobs: g.logprobs,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// A deterministic stand-in for the model: a function from the request and its decoded
 /// prompt to the text to emit (followed by the first stop token, log-probability 0). Used by
 /// tests and benchmarks to drive every branch of the real engine.

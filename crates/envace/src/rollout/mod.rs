@@ -38,6 +38,8 @@ pub use engine::{
     EpisodeSpec, ResponseMode, RolloutSettings, SIMULATOR_UNAVAILABLE, Simulator,
     TOO_MANY_TOOL_CALLS, run_batch,
 };
+#[cfg(feature = "wgpu")]
+pub use generators::GpuGenerator;
 pub use generators::{
     GenerationOutput, GenerationRequest, Generator, OracleActor, PolicyGenerator, RealRehearser,
     RoleRouter, Scripted,

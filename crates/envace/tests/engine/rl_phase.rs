@@ -25,12 +25,15 @@ use envace::tasks::GenTask;
 
 const TINY_JOB: &str = include_str!("../fixtures/train/tiny_job.toml");
 
-fn tiny() -> ExperimentConfig {
+pub(crate) fn tiny() -> ExperimentConfig {
     config::parse(TINY_JOB, "TINY_JOB").unwrap()
 }
 
 /// Runs a whole job into a fresh run of `store_path`; returns its metrics by (step, key).
-fn run_job(config: &ExperimentConfig, store_path: &Path) -> BTreeMap<(u64, String), f64> {
+pub(crate) fn run_job(
+    config: &ExperimentConfig,
+    store_path: &Path,
+) -> BTreeMap<(u64, String), f64> {
     let store = Store::open(store_path).unwrap();
     let run = store.create_run(&config.run.name, TINY_JOB).unwrap();
     drop(store);

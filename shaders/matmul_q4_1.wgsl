@@ -7,22 +7,9 @@
 // Workgroup: 64 invocations along n; grid x = ceil(n / 256), y = ceil(m / 4).
 
 //#include lib/quant.wgsl
-//#include lib/tile.wgsl
+//#include lib/matmul.wgsl
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    x_stride: u32,
-    x_offset: u32,
-    out_stride: u32,
-    out_offset: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -60,18 +47,4 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
     }
     store_tile(row0, col0, acc);
-}
-
-// Writes the part of a 4 x 4 tile (rows of acc are rows of out) inside m x n.
-fn store_tile(row0: u32, col0: u32, acc: mat4x4<f32>) {
-    for (var i = 0u; i < 4u; i = i + 1u) {
-        let row = row0 + i;
-        if (row < p.m) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                if (col0 + j < p.n) {
-                    out[p.out_offset + row * p.out_stride + col0 + j] = acc[i][j];
-                }
-            }
-        }
-    }
 }

@@ -136,31 +136,13 @@ export class Editor {
 
   /** A "Check connection" button for an endpoint table and the line its result goes in. */
   private connectionCheck(section: Section): HTMLElement {
-    const result = h("span", { id: `check-result-${section.id}`, class: "check-result", role: "status" });
-    const button = h("button", { id: `check-${section.id}`, title: "List the endpoint's models and time a one-token chat completion" }, "Check connection");
-    button.addEventListener("click", () => {
-      void (async () => {
-        button.disabled = true;
-        delete result.dataset.ok;
-        result.className = "check-result";
-        result.textContent = "Checking…";
-        await this.pending;
-        const outcome = await commands.checkEndpoint(this.state.toml, section.path);
-        button.disabled = false;
-        if (outcome.status === "error") {
-          result.className = "check-result check-bad";
-          result.textContent = `${outcome.error.detail}${outcome.error.field ? ` (${outcome.error.field})` : ""}`;
-          result.dataset.ok = "false";
-          return;
-        }
-        const check = outcome.data;
-        result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
-        result.textContent = check.summary;
-        result.title = [check.models.length ? `Models: ${check.models.join(", ")}` : "", check.models_error ? `Model list: ${check.models_error}` : ""].filter(Boolean).join("\n");
-        result.dataset.ok = String(check.ok);
-      })();
+    return this.checkRow(section.id, "List the endpoint's models and time a one-token chat completion", "Check connection", async () => {
+      const outcome = await commands.checkEndpoint(this.state.toml, section.path);
+      if (outcome.status === "error") return outcome;
+      const check = outcome.data;
+      const title = [check.models.length ? `Models: ${check.models.join(", ")}` : "", check.models_error ? `Model list: ${check.models_error}` : ""].filter(Boolean).join("\n");
+      return { status: "ok" as const, data: { ok: check.ok, summary: check.summary, title } };
     });
-    return h("div", { class: "connection-check" }, button, result);
   }
 
   /**
@@ -168,8 +150,26 @@ export class Editor {
    * placed on wgpu will generate on, opened as a job opens them at its start.
    */
   private deviceCheck(): HTMLElement {
-    const result = h("span", { id: "check-result-backend", class: "check-result", role: "status" });
-    const button = h("button", { id: "check-backend", title: "Open the training device and the wgpu adapter this config asks for" }, "Check device");
+    return this.checkRow("backend", "Open the training device and the wgpu adapter this config asks for", "Check device", async () => {
+      const outcome = await commands.checkDevice(this.state.toml);
+      if (outcome.status === "error") return outcome;
+      const check = outcome.data;
+      return { status: "ok" as const, data: { ok: check.ok, summary: check.summary, title: check.adapter ? `Adapter: ${check.adapter}` : "" } };
+    });
+  }
+
+  /**
+   * A check button (`check-ID`) and the line its result goes in (`check-result-ID`, with
+   * `data-ok` once it has ended): `run` asks the engine, after any edit still being applied.
+   */
+  private checkRow(
+    id: string,
+    help: string,
+    label: string,
+    run: () => Promise<{ status: "ok"; data: { ok: boolean; summary: string; title: string } } | { status: "error"; error: StudioError }>,
+  ): HTMLElement {
+    const result = h("span", { id: `check-result-${id}`, class: "check-result", role: "status" });
+    const button = h("button", { id: `check-${id}`, title: help }, label);
     button.addEventListener("click", () => {
       void (async () => {
         button.disabled = true;
@@ -177,7 +177,7 @@ export class Editor {
         result.className = "check-result";
         result.textContent = "Checking…";
         await this.pending;
-        const outcome = await commands.checkDevice(this.state.toml);
+        const outcome = await run();
         button.disabled = false;
         if (outcome.status === "error") {
           result.className = "check-result check-bad";
@@ -188,7 +188,7 @@ export class Editor {
         const check = outcome.data;
         result.className = `check-result ${check.ok ? "check-ok" : "check-bad"}`;
         result.textContent = check.summary;
-        result.title = check.adapter ? `Adapter: ${check.adapter}` : "";
+        result.title = check.title;
         result.dataset.ok = String(check.ok);
       })();
     });

@@ -104,8 +104,8 @@ pub const FRAGMENTS: [(&str, &str); 4] = [
         include_str!("../../../shaders/lib/quant.wgsl"),
     ),
     (
-        "lib/tile.wgsl",
-        include_str!("../../../shaders/lib/tile.wgsl"),
+        "lib/matmul.wgsl",
+        include_str!("../../../shaders/lib/matmul.wgsl"),
     ),
 ];
 

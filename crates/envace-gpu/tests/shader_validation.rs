@@ -67,6 +67,6 @@ fn every_shader_is_a_kernel_that_naga_validates() {
 #[test]
 fn an_unknown_fragment_is_an_error_naming_the_file_and_the_fragment() {
     let error = source("broken.wgsl", "//#include lib/missing.wgsl\n").unwrap_err();
-    expect_test::expect![[r#"shader broken.wgsl: includes `lib/missing.wgsl`, which is not one of the fragments in shaders/lib (lib/reduce.wgsl, lib/rng.wgsl, lib/quant.wgsl, lib/tile.wgsl)"#]]
+    expect_test::expect![[r#"shader broken.wgsl: includes `lib/missing.wgsl`, which is not one of the fragments in shaders/lib (lib/reduce.wgsl, lib/rng.wgsl, lib/quant.wgsl, lib/matmul.wgsl)"#]]
     .assert_eq(&error.to_string());
 }

@@ -650,6 +650,17 @@ impl KvCache {
     }
 }
 
+/// Refuses an empty prompt (every generation path needs a last token to continue from).
+pub(crate) fn check_prompts(prompts: &[Vec<u32>]) -> Result<()> {
+    match prompts.iter().position(Vec::is_empty) {
+        Some(idx) => Err(Error::Data {
+            source_name: format!("generate, prompt {idx}"),
+            message: "the prompt is empty; start it with at least one token".to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// How [`Policy::generate`] picks each next token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
@@ -1147,12 +1158,7 @@ impl Policy {
         stop_tokens: &[u32],
         sampling: &Sampling,
     ) -> Result<Vec<Generated>> {
-        if let Some(idx) = prompts.iter().position(Vec::is_empty) {
-            return Err(Error::Data {
-                source_name: format!("generate, prompt {idx}"),
-                message: "the prompt is empty; start it with at least one token".to_owned(),
-            });
-        }
+        check_prompts(prompts)?;
         let b = prompts.len();
         if b == 0 || max_new_tokens == 0 {
             return Ok(vec![Generated::default(); b]);

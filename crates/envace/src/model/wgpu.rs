@@ -98,12 +98,7 @@ pub fn generate(
     stop_tokens: &[u32],
     sampling: &Sampling,
 ) -> Result<Vec<Generated>> {
-    if let Some(idx) = prompts.iter().position(Vec::is_empty) {
-        return Err(Error::Data {
-            source_name: format!("generate, prompt {idx}"),
-            message: "the prompt is empty; start it with at least one token".to_owned(),
-        });
-    }
+    super::check_prompts(prompts)?;
     let top_k = u32::try_from(sampling.top_k).unwrap_or(u32::MAX);
     let settings = envace_gpu::Sampling {
         temperature: sampling.temperature as f32,

@@ -48,7 +48,7 @@ const TARGET_ARM_SECS: f64 = 15.0 * 60.0;
 const TARGET_TOTAL_SECS: f64 = 2.0 * 3600.0;
 
 /// One `envace train` run of the benchmark.
-struct Arm {
+pub(crate) struct Arm {
     /// Seconds from the process start to its last plain held-out evaluation, summed over its
     /// invocations when it was resumed.
     train_secs: f64,
@@ -74,7 +74,7 @@ impl Arm {
     }
 
     /// Every figure of the last plain evaluation: `{metric: value}` for `all` and each family.
-    fn figures(&self) -> Value {
+    pub(crate) fn figures(&self) -> Value {
         let mut out = serde_json::Map::new();
         let last_step = self
             .evals
@@ -138,11 +138,11 @@ fn base_config(path: &Path, seed: u64, threads: Option<i64>) -> Result<DocumentM
     Ok(doc)
 }
 
-fn set_name(doc: &mut DocumentMut, name: &str) {
+pub(crate) fn set_name(doc: &mut DocumentMut, name: &str) {
     doc["run"]["name"] = value(name);
 }
 
-fn init_from_sft(doc: &mut DocumentMut) {
+pub(crate) fn init_from_sft(doc: &mut DocumentMut) {
     let mut init = toml_edit::Table::new();
     init["run"] = value("sft");
     doc["init"] = Item::Table(init);
@@ -178,7 +178,7 @@ fn show(envace: &Path, store: &Path, name: &str) -> Result<Option<Value>> {
 
 /// The checkout's commit, `-dirty` when tracked files differ from it; read just before the
 /// release build, it names what the arms' binary is built from.
-fn commit() -> String {
+pub(crate) fn commit() -> String {
     let head = Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
@@ -310,7 +310,7 @@ fn row_times(envace: &Path, store: &Path, name: &str, shown: &Value) -> Result<V
 /// earlier invocation of the benchmark stopped or was killed in it after a checkpoint, and reads
 /// it back when it finished with this very config (`fresh`: retrain it; set here when this arm
 /// starts from scratch, so that the arms after it do too). Its times count every invocation.
-fn train(
+pub(crate) fn train(
     envace: &Path,
     dir: &Path,
     name: &str,
@@ -450,7 +450,7 @@ fn sft_step_secs(envace: &Path, store: &Path, name: &str) -> Result<f64> {
 }
 
 /// Mean and standard error (sample sd / √n) of values; NaN for none.
-fn mean_se(values: &[f64]) -> (f64, f64) {
+pub(crate) fn mean_se(values: &[f64]) -> (f64, f64) {
     let n = values.len();
     if n == 0 {
         return (f64::NAN, f64::NAN);

@@ -7,6 +7,7 @@ mod bench_runs;
 mod bench_science;
 mod bench_serve;
 mod bench_wgpu;
+mod bench_wgpu_rl;
 mod check_aarch64;
 mod check_cuda;
 mod device_check;
@@ -339,6 +340,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         Some("chart") => bench_chart::chart(root),
         Some("serve") => bench_serve::serve(root),
         Some("wgpu") => bench_wgpu::wgpu(root, &args[1..]),
+        Some("wgpu-rl") => bench_wgpu_rl::wgpu_rl(root, &args[1..]),
         Some("science") => bench_science::science(
             root,
             &bench_science::parse_seeds(args)?,
@@ -348,12 +350,12 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         ),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, wgpu, rollout, quickstart, chart, science"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, wgpu, rollout, quickstart, chart, science"
+                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, science"
             )
         }
     }

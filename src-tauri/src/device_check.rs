@@ -29,8 +29,8 @@ fn backend_of(toml: &str) -> Result<BackendConfig, StudioError> {
 /// Which roles a placement list puts on wgpu, in words.
 fn roles_on_wgpu(backend: &BackendConfig) -> String {
     let roles: Vec<&str> = [
-        ("acting", backend.act_generation),
-        ("rehearsal", backend.rehearse_generation),
+        ("acting", backend.act_placement()),
+        ("rehearsal", backend.rehearse_placement()),
     ]
     .into_iter()
     .filter(|(_, placement)| *placement == GenerationPlacement::Wgpu)
@@ -76,7 +76,7 @@ pub fn check(toml: &str) -> Result<DeviceCheck, StudioError> {
                 ok: true,
                 summary: format!(
                     "Training on {training}; {} on {adapter}{note}",
-                    match (backend.act_generation, backend.rehearse_generation) {
+                    match (backend.act_placement(), backend.rehearse_placement()) {
                         (GenerationPlacement::Wgpu, GenerationPlacement::Wgpu) =>
                             "acting and rehearsal generate",
                         (GenerationPlacement::Wgpu, _) => "acting generates",
@@ -94,4 +94,31 @@ pub fn check(toml: &str) -> Result<DeviceCheck, StudioError> {
             adapter: None,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check;
+
+    #[test]
+    fn device_wgpu_trains_on_the_cpu_and_places_rehearsal_on_the_adapter() {
+        let result = check("[backend]\ndevice = \"wgpu\"\n").expect("a valid [backend]");
+        assert!(result.ok, "{result:?}");
+        assert_eq!(result.training.as_deref(), Some("the CPU"));
+        let adapter = result.adapter.clone().expect("an adapter is named");
+        assert!(
+            result.summary.starts_with(&format!(
+                "Training on the CPU; rehearsal generates on {adapter}"
+            )),
+            "{result:?}"
+        );
+        let missing = check("[backend]\ndevice = \"wgpu\"\nwgpu_adapter = \"no such adapter\"\n")
+            .expect("a valid [backend]");
+        assert!(!missing.ok, "{missing:?}");
+        assert!(
+            missing.summary.starts_with("rehearsal on wgpu: ")
+                && missing.summary.contains("no such adapter"),
+            "{missing:?}"
+        );
+    }
 }

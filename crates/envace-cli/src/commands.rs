@@ -57,15 +57,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             max_batch,
             default_max_tokens,
             dequantize,
-        } => crate::serve_commands::serve_model(
-            model.as_deref(),
-            run.as_deref(),
-            cli.store.as_deref(),
+            device,
+            adapter,
+        } => crate::serve_commands::serve_model(crate::serve_commands::ServeArgs {
+            model: model.as_deref(),
+            run: run.as_deref(),
+            store_path: cli.store.as_deref(),
             addr,
             max_batch,
             default_max_tokens,
             dequantize,
-        ),
+            device,
+            adapter: adapter.as_deref(),
+        }),
     }
 }
 

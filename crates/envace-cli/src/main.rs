@@ -114,7 +114,25 @@ enum Command {
         /// of its quantised weights on our own kernels (the default, and faster).
         #[arg(long, conflicts_with = "run")]
         dequantize: bool,
+        /// Where the model generates: the CPU, or any GPU wgpu reaches (Vulkan, Metal, DX12;
+        /// a GGUF's Q4_1 / Q8_0 weights stay quantised there), e.g. as the external simulator
+        /// of a training run on a machine without CUDA.
+        #[arg(long, value_enum, default_value_t = ServeDevice::Cpu)]
+        device: ServeDevice,
+        /// With --device wgpu: part of the adapter's name, to pick one among several (the
+        /// best one otherwise: a discrete GPU before an integrated one, a CPU adapter last).
+        #[arg(long, value_name = "NAME")]
+        adapter: Option<String>,
     },
+}
+
+/// Where `serve-model` generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ServeDevice {
+    /// Our CPU kernels (candle's elsewhere).
+    Cpu,
+    /// A GPU through wgpu.
+    Wgpu,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,36 @@ use anyhow::{Context, Result, bail};
 use envace::serve::{LoadedModel, ServeOptions, serve};
 use envace::store::{self, Store};
 
+use crate::ServeDevice;
+
+#[cfg(feature = "wgpu")]
+type GpuHandle = std::sync::Arc<envace::model::wgpu::Gpu>;
+#[cfg(not(feature = "wgpu"))]
+type GpuHandle = std::convert::Infallible;
+
+/// Opens the wgpu adapter the model will generate on (its name goes to standard error).
+#[cfg(feature = "wgpu")]
+fn open_gpu(adapter: Option<&str>) -> Result<GpuHandle> {
+    let gpu = envace::model::wgpu::open_gpu(adapter)?;
+    eprintln!("generating on wgpu: {}", gpu.describe());
+    Ok(gpu)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn open_gpu(_adapter: Option<&str>) -> Result<GpuHandle> {
+    bail!("this envace was built without the wgpu feature; rebuild with --features wgpu")
+}
+
+#[cfg(feature = "wgpu")]
+fn on_gpu(loaded: LoadedModel, gpu: GpuHandle) -> Result<LoadedModel> {
+    Ok(loaded.onto_gpu(gpu)?)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn on_gpu(_loaded: LoadedModel, gpu: GpuHandle) -> Result<LoadedModel> {
+    match gpu {}
+}
+
 /// Parses `--addr`: `IP:PORT`, or `HOST:PORT` resolved now (e.g. `localhost:8000`).
 pub fn parse_addr(text: &str) -> std::result::Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
@@ -26,16 +56,40 @@ pub fn parse_addr(text: &str) -> std::result::Result<SocketAddr, String> {
     }
 }
 
-pub fn serve_model(
-    model: Option<&Path>,
-    run: Option<&str>,
-    store_path: Option<&Path>,
-    addr: SocketAddr,
-    max_batch: u32,
-    default_max_tokens: u32,
-    dequantize: bool,
-) -> Result<ExitCode> {
+/// What `envace serve-model` was asked to serve, and how.
+pub struct ServeArgs<'a> {
+    pub model: Option<&'a Path>,
+    pub run: Option<&'a str>,
+    pub store_path: Option<&'a Path>,
+    pub addr: SocketAddr,
+    pub max_batch: u32,
+    pub default_max_tokens: u32,
+    pub dequantize: bool,
+    pub device: ServeDevice,
+    pub adapter: Option<&'a str>,
+}
+
+pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
+    let ServeArgs {
+        model,
+        run,
+        store_path,
+        addr,
+        max_batch,
+        default_max_tokens,
+        dequantize,
+        device,
+        adapter,
+    } = args;
+    if adapter.is_some() && device != ServeDevice::Wgpu {
+        bail!("--adapter picks a wgpu adapter: pass it with --device wgpu");
+    }
     let start = Instant::now();
+    // The adapter opens first: a missing one is refused before minutes of loading.
+    let gpu = match device {
+        ServeDevice::Cpu => None,
+        ServeDevice::Wgpu => Some(open_gpu(adapter)?),
+    };
     let loaded = match (model, run) {
         (Some(path), _) => {
             eprintln!("loading {} …", path.display());
@@ -64,6 +118,10 @@ pub fn serve_model(
             LoadedModel::from_run(&store, run)?
         }
         (None, None) => bail!("pass --model PATH or --run RUN"),
+    };
+    let loaded = match gpu {
+        None => loaded,
+        Some(gpu) => on_gpu(loaded, gpu)?,
     };
     let name = loaded.name().to_owned();
     let weights = loaded.weights();

@@ -30,13 +30,15 @@ fn get(addr: &str, path: &str) -> (String, String) {
     )
 }
 
-#[test]
-fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
+/// Starts `envace serve-model` on SmolLM2's GGUF with `extra` arguments; the child and the
+/// address it printed once the model was loaded.
+fn start_smollm2(extra: &[&str]) -> (std::process::Child, String) {
     let gguf = envace::model::smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new(BIN)
         .args(["serve-model", "--model"])
         .arg(&gguf)
         .args(["--addr", "127.0.0.1:0", "--max-batch", "4"])
+        .args(extra)
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -62,6 +64,54 @@ fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
         .and_then(|rest| rest.strip_suffix("/v1"))
         .expect("the URL is http://ADDR/v1");
     assert!(!addr.ends_with(":0"), "the real port is printed: {addr}");
+    (child, addr.to_owned())
+}
+
+/// Sends SIGINT (Ctrl-C, as a terminal does) and returns what the server wrote to stderr.
+fn interrupt(child: std::process::Child) -> String {
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let output = child.wait_with_output().expect("the server exits");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{:?}\n{stderr}", output.status);
+    stderr
+}
+
+#[test]
+fn serve_model_on_wgpu_answers_a_chat_completion_from_the_gpu() {
+    let (child, addr) = start_smollm2(&["--device", "wgpu"]);
+    let body = r#"{"model": "smollm2", "temperature": 0, "max_tokens": 12, "messages": [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]}"#;
+    let mut stream = TcpStream::connect(&addr).expect("the server accepts connections");
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("the request is sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("the response is read");
+    let (head, reply) = response.split_once("\r\n\r\n").expect("headers and a body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+    let reply: serde_json::Value = serde_json::from_str(reply).expect("the body is JSON");
+    let content = reply["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(content.contains("Paris"), "{reply}");
+    let stderr = interrupt(child);
+    // The adapter is named, and the Q4_1 weights went up as they are.
+    assert!(stderr.contains("generating on wgpu: "), "{stderr}");
+    assert!(stderr.contains("(weights on wgpu: "), "{stderr}");
+}
+
+#[test]
+fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
+    let (child, addr) = start_smollm2(&[]);
+    let addr = addr.as_str();
 
     let (status, body) = get(addr, "/v1/models");
     assert!(status.contains(" 200 "), "{status}\n{body}");
@@ -72,14 +122,7 @@ fn serve_model_prints_its_url_answers_models_and_stops_on_ctrl_c() {
     assert!(status.contains(" 200 "), "{status}");
 
     // Ctrl-C: SIGINT, as a terminal sends it.
-    let sent = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(sent.success());
-    let output = child.wait_with_output().expect("the server exits");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{:?}\n{stderr}", output.status);
+    let stderr = interrupt(child);
     assert!(stderr.contains("Ctrl-C stops"), "{stderr}");
     // A GGUF is served on its quantised weights, by our own kernels on the CPU.
     assert!(
@@ -134,6 +177,29 @@ fn serve_model_refuses_bad_arguments_with_a_clear_message() {
     let (code, stderr) = run(&["serve-model"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--model <PATH>"), "{stderr}");
+    let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--adapter", "llvmpipe"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--adapter picks a wgpu adapter: pass it with --device wgpu"),
+        "{stderr}"
+    );
+    // The adapter is opened before the model loads: a missing one is refused at once, with
+    // the backends tried (x.gguf does not exist, and that is not what the error is about).
+    let (code, stderr) = run(&[
+        "serve-model",
+        "--model",
+        "x.gguf",
+        "--device",
+        "wgpu",
+        "--adapter",
+        "no such adapter",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no such adapter") && stderr.contains("vulkan"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("x.gguf"), "{stderr}");
     let (code, stderr) = run(&["serve-model", "--run", "latest"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(

@@ -243,7 +243,8 @@ pub enum Device {
     Cpu,
     /// An NVIDIA GPU (needs a build with the `cuda` feature).
     Cuda,
-    /// wgpu compute (Vulkan, Metal, DX12): rehearsal inference only; training stays on the CPU.
+    /// wgpu compute (Vulkan, Metal, DX12) for rehearsal: training stays on the CPU and RL's
+    /// rehearsed responses generate on wgpu, as `rehearse_generation = "wgpu"` places them.
     Wgpu,
 }
 
@@ -306,8 +307,23 @@ impl Default for BackendConfig {
 impl BackendConfig {
     /// Whether any role generates through wgpu.
     pub fn uses_wgpu(&self) -> bool {
-        self.act_generation == GenerationPlacement::Wgpu
-            || self.rehearse_generation == GenerationPlacement::Wgpu
+        self.act_placement() == GenerationPlacement::Wgpu
+            || self.rehearse_placement() == GenerationPlacement::Wgpu
+    }
+
+    /// Where RL generates the acting turns.
+    pub fn act_placement(&self) -> GenerationPlacement {
+        self.act_generation
+    }
+
+    /// Where RL generates the rehearsed responses: `rehearse_generation`, or wgpu when the
+    /// device is `wgpu`.
+    pub fn rehearse_placement(&self) -> GenerationPlacement {
+        if self.device == Device::Wgpu {
+            GenerationPlacement::Wgpu
+        } else {
+            self.rehearse_generation
+        }
     }
 }
 

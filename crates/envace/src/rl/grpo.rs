@@ -702,12 +702,12 @@ pub fn train(
                 let mut policy_rehearse = generator.clone();
                 let on_wgpu = |placement| placement == crate::config::GenerationPlacement::Wgpu;
                 let mut router = crate::rollout::RoleRouter {
-                    act: if on_wgpu(backend.act_generation) {
+                    act: if on_wgpu(backend.act_placement()) {
                         &mut gpu_act
                     } else {
                         &mut generator
                     },
-                    rehearse: if on_wgpu(backend.rehearse_generation) {
+                    rehearse: if on_wgpu(backend.rehearse_placement()) {
                         &mut gpu_rehearse
                     } else {
                         &mut policy_rehearse

@@ -24,6 +24,10 @@ pub(super) enum Weights {
     Dense(Box<Policy>),
     /// A GGUF Llama kept in its quantisation, decoded one row at a time.
     Quantized(QuantizedLlama),
+    /// The weights on a GPU through wgpu (a GGUF's Q4_1 / Q8_0 projections kept quantised),
+    /// decoded in batches.
+    #[cfg(feature = "wgpu")]
+    Gpu(Box<crate::model::wgpu::GpuModel>),
 }
 
 impl Weights {
@@ -47,6 +51,10 @@ impl Weights {
                     model.generate(prompt, max_new_tokens, stop_tokens, sampling, row as u64)
                 })
                 .collect(),
+            #[cfg(feature = "wgpu")]
+            Weights::Gpu(model) => {
+                crate::model::wgpu::generate(model, prompts, max_new_tokens, stop_tokens, sampling)
+            }
         }
     }
 
@@ -61,6 +69,8 @@ impl Weights {
             Weights::Quantized(model) => {
                 format!("quantised GGUF weights on {}", model.backend_name())
             }
+            #[cfg(feature = "wgpu")]
+            Weights::Gpu(model) => format!("weights on wgpu: {}", model.gpu().describe()),
         }
     }
 }
@@ -360,7 +370,32 @@ impl LoadedModel {
         match &mut self.weights {
             Weights::Dense(policy) => policy.next_token_logits(prompt),
             Weights::Quantized(model) => model.forward(prompt, 0),
+            #[cfg(feature = "wgpu")]
+            Weights::Gpu(model) => {
+                let gpu_error = |e: envace_gpu::Error| Error::Wgpu {
+                    context: "the next-token logits".to_owned(),
+                    message: e.to_string(),
+                };
+                let session = model.start(&[prompt.to_vec()], 1).map_err(gpu_error)?;
+                model.logits(&session).map_err(gpu_error)
+            }
         }
+    }
+
+    /// The same model with its weights moved to `gpu` (wgpu): a policy's tensors as f32, a
+    /// GGUF's Q4_1 / Q8_0 projections as they are in the file (whatever `from_path` or
+    /// `from_path_dequantized` loaded). Generation then runs there, in batches.
+    #[cfg(feature = "wgpu")]
+    pub fn onto_gpu(mut self, gpu: std::sync::Arc<crate::model::wgpu::Gpu>) -> Result<Self> {
+        // Rotary angles for every position a request can reach.
+        let positions = self.max_context_tokens.max(1);
+        let model = match &self.weights {
+            Weights::Dense(policy) => policy.to_gpu(gpu, positions)?,
+            Weights::Quantized(_) => Gguf::open(&self.source)?.load_gpu(gpu, positions)?,
+            Weights::Gpu(_) => return Ok(self),
+        };
+        self.weights = Weights::Gpu(Box::new(model));
+        Ok(self)
     }
 
     /// Whether the chat template renders tools itself (else they are folded into messages).

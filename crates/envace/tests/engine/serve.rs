@@ -22,7 +22,7 @@ use envace::tokenize;
 use expect_test::expect;
 use serde_json::{Value, json};
 
-fn any_port() -> SocketAddr {
+pub(crate) fn any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
@@ -39,7 +39,7 @@ fn shared() -> &'static ModelServer {
     })
 }
 
-fn client(url: &str, timeout_secs: f64, max_retries: u32) -> ChatClient {
+pub(crate) fn client(url: &str, timeout_secs: f64, max_retries: u32) -> ChatClient {
     ChatClient::new(&EndpointConfig {
         url: url.to_owned(),
         model: "smollm2".to_owned(),
@@ -92,7 +92,7 @@ fn tool_conversation() -> Vec<ChatMsg> {
     ]
 }
 
-fn greedy(messages: Vec<ChatMsg>, max_tokens: u32) -> ChatRequest {
+pub(crate) fn greedy(messages: Vec<ChatMsg>, max_tokens: u32) -> ChatRequest {
     let mut req = ChatRequest::new(messages);
     req.temperature = Some(0.0);
     req.max_tokens = Some(max_tokens);

@@ -327,4 +327,105 @@ fn a_wgpu_placement_without_an_adapter_fails_at_the_start_naming_the_backends_tr
     // Nothing trained: no SFT step was recorded before the refusal.
     let store = envace::store::Store::open(&store_path).unwrap();
     assert!(store.view().metrics(run).unwrap().is_empty());
+
+    // `device = "wgpu"` places rehearsal there (training stays on the CPU), so it is checked
+    // at the start in the same way.
+    let mut config = crate::rl_phase::tiny();
+    config.backend.device = envace::config::Device::Wgpu;
+    config.backend.wgpu_adapter = "no such adapter".to_owned();
+    assert_eq!(
+        config.backend.rehearse_placement(),
+        envace::config::GenerationPlacement::Wgpu
+    );
+    assert_eq!(
+        config.backend.act_placement(),
+        envace::config::GenerationPlacement::Model
+    );
+    let run = store.create_run(&config.run.name, "").unwrap();
+    drop(store);
+    let spec = envace::controller::JobSpec {
+        config,
+        config_toml: String::new(),
+        store_path: store_path.clone(),
+        resume: None,
+    };
+    let error =
+        envace::controller::train(&spec, run, &mut envace::controller::NoHooks).unwrap_err();
+    assert!(error.to_string().contains("no such adapter"), "{error}");
+}
+
+/// `serve-model --device wgpu`: SmolLM2 served from the GPU (its Q4_1 blocks kept quantised
+/// there, and dequantised to f32) answers concurrent greedy requests, batched, with the text
+/// the CPU server on the dequantised weights gives, and its next-token logits are the CPU's.
+#[test]
+fn serve_model_on_wgpu_answers_as_the_cpu_server_does() {
+    use envace::openai::ChatMsg;
+    use envace::serve::{LoadedModel, ServeOptions, serve};
+
+    use crate::serve::{any_port, client, greedy};
+
+    let path = require(model::smollm2_gguf());
+    let questions = [
+        "What is the capital of France? Answer in one sentence.",
+        "Name a primary colour.",
+        "What is 2 plus 2?",
+    ];
+    let options = ServeOptions {
+        max_batch: 8,
+        // Long enough for the client threads to queue their requests together.
+        batch_window: std::time::Duration::from_millis(300),
+        ..ServeOptions::default()
+    };
+    let answers = |model: LoadedModel| {
+        let server = serve(model, any_port(), &options).expect("the server starts");
+        let client = client(&server.url(), 300.0, 0);
+        let threads: Vec<_> = questions
+            .iter()
+            .map(|q| {
+                let client = client.clone();
+                let req = greedy(vec![ChatMsg::user(*q)], 12);
+                std::thread::spawn(move || client.complete(&req))
+            })
+            .collect();
+        let replies: Vec<String> = threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap()
+                    .expect("every request is answered")
+                    .content
+            })
+            .collect();
+        let stats = server.stats();
+        server.shutdown();
+        (replies, stats)
+    };
+
+    let mut cpu = LoadedModel::from_path_dequantized(&path).unwrap();
+    let gguf = Gguf::open(&path).unwrap();
+    let prompt = smollm2_prompt(&gguf);
+    let cpu_logits = cpu.next_token_logits(&prompt).unwrap();
+    let (cpu_replies, _) = answers(cpu);
+    assert!(cpu_replies[0].contains("Paris"), "{cpu_replies:?}");
+
+    for (what, loaded) in [
+        ("Q4_1", LoadedModel::from_path(&path).unwrap()),
+        ("f32", LoadedModel::from_path_dequantized(&path).unwrap()),
+    ] {
+        let mut on_gpu = loaded.onto_gpu(gpu()).unwrap();
+        assert!(
+            on_gpu.weights().starts_with("weights on wgpu: "),
+            "{}",
+            on_gpu.weights()
+        );
+        let logits = on_gpu.next_token_logits(&prompt).unwrap();
+        let diff = max_abs(&cpu_logits, &logits);
+        assert!(
+            diff <= 1e-3,
+            "SmolLM2 {what} on wgpu: logits {diff} from the CPU's"
+        );
+        let (replies, stats) = answers(on_gpu);
+        assert_eq!(replies, cpu_replies, "SmolLM2 {what} on wgpu");
+        assert!(stats.max_batch_seen >= 2, "no batching: {stats:?}");
+    }
 }

@@ -251,7 +251,7 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
         };
         configs.push((id, config));
     }
-    let arms = seed_arms(&configs);
+    let arms = config::seed_arms(&configs);
     Ok(runs
         .into_iter()
         .zip(configs)
@@ -283,35 +283,6 @@ fn run_setup(config: &config::ExperimentConfig) -> RunSetup {
         tool_response_mode: toml_word(&config.env.tool_response_mode),
         judge: toml_word(&config.judge.kind),
     }
-}
-
-/// The arm of each run `(id, parsed config)`: runs whose configs are equal once `[run].seed`
-/// and `[run].name` are set aside (they differ only in seed) share the smallest id among
-/// them; a run whose config did not parse is an arm of its own.
-pub fn seed_arms(runs: &[(i32, Option<config::ExperimentConfig>)]) -> Vec<i32> {
-    let bare: Vec<Option<config::ExperimentConfig>> = runs
-        .iter()
-        .map(|(_, config)| {
-            config.clone().map(|mut config| {
-                config.run.seed = 0;
-                config.run.name = String::new();
-                config
-            })
-        })
-        .collect();
-    runs.iter()
-        .zip(&bare)
-        .map(|((id, _), mine)| match mine {
-            None => *id,
-            Some(mine) => runs
-                .iter()
-                .zip(&bare)
-                .filter(|(_, other)| other.as_ref() == Some(mine))
-                .map(|((other, _), _)| *other)
-                .min()
-                .unwrap_or(*id),
-        })
-        .collect()
 }
 
 fn run_id(run: i32) -> RunId {
@@ -884,7 +855,6 @@ pub async fn forget_api_key(name: String) -> Result<bool, StudioError> {
 #[cfg(test)]
 mod tests {
     use envace::store::EvalRow;
-    use serde_json::json;
 
     use super::eval_series;
 
@@ -898,36 +868,6 @@ mod tests {
             n_tasks: 10,
             wall_time: step as f64,
         }
-    }
-
-    #[test]
-    fn runs_that_differ_only_in_seed_and_name_share_an_arm() {
-        let base = envace::config::preset("quickstart").unwrap().toml;
-        let with = |edits: &[(&[&str], serde_json::Value)]| {
-            let mut text = base.to_owned();
-            for (path, value) in edits {
-                text = envace::config::edit::set_value(&text, path, value).unwrap();
-            }
-            Some(envace::config::parse(&text, "test").unwrap())
-        };
-        let runs = vec![
-            (1, with(&[(&["run", "seed"], json!(1))])),
-            (2, with(&[(&["rl", "lr"], json!(2e-5))])),
-            (
-                3,
-                with(&[
-                    (&["run", "seed"], json!(9)),
-                    (&["run", "name"], json!("other")),
-                ]),
-            ),
-            (4, None),
-            (
-                5,
-                with(&[(&["rl", "lr"], json!(2e-5)), (&["run", "seed"], json!(3))]),
-            ),
-            (6, with(&[])),
-        ];
-        assert_eq!(super::seed_arms(&runs), vec![1, 2, 1, 4, 2, 1]);
     }
 
     #[test]

@@ -87,6 +87,47 @@ fn leaf_accuracy(rehearsed: &Value, real: &Value) -> f64 {
     hits as f64 / truth.len() as f64
 }
 
+/// One leaf path of a rehearsed-vs-real pair, as an episode browser lists them side by side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeafDiff {
+    /// The path (`a.b[2].c`, as [`crate::rehearse::leaves`] names it).
+    pub path: String,
+    /// The rehearsed value there, if the rehearsed response has this leaf.
+    pub rehearsed: Option<Value>,
+    /// The real value there, if the real response has this leaf.
+    pub real: Option<Value>,
+    /// The two differ: one is missing, or they are unequal (numbers by value), the same rule
+    /// `value_accuracy` counts by.
+    pub differs: bool,
+}
+
+/// Every leaf path of either response, in path order, each marked when the two differ there.
+pub fn leaf_diff(rehearsed: &Value, real: &Value) -> Vec<LeafDiff> {
+    let mut predicted = leaves(rehearsed);
+    let truth = leaves(real);
+    let mut out: Vec<LeafDiff> = truth
+        .into_iter()
+        .map(|(path, real)| {
+            let rehearsed = predicted.remove(&path);
+            let differs = !rehearsed.as_ref().is_some_and(|r| json_equal(r, &real));
+            LeafDiff {
+                path,
+                rehearsed,
+                real: Some(real),
+                differs,
+            }
+        })
+        .collect();
+    out.extend(predicted.into_iter().map(|(path, rehearsed)| LeafDiff {
+        path,
+        rehearsed: Some(rehearsed),
+        real: None,
+        differs: true,
+    }));
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
 /// Means of the five scores over a set of pairs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Aggregate {
@@ -172,6 +213,28 @@ mod tests {
     use super::*;
     use crate::rehearse::{SimError, SimErrorCode, error_json, parse_execution_result};
     use serde_json::json;
+
+    #[test]
+    fn leaf_diff_lists_both_sides_and_marks_where_they_differ() {
+        let rehearsed = json!({"user": {"name": "Ana", "age": 31.0}, "extra": true});
+        let real = json!({"user": {"name": "Ana", "age": 30}, "items": []});
+        let diff = leaf_diff(&rehearsed, &real);
+        let marks: Vec<(&str, bool)> = diff.iter().map(|d| (d.path.as_str(), d.differs)).collect();
+        assert_eq!(
+            marks,
+            vec![
+                ("extra", true),
+                ("items", true),
+                ("user.age", true),
+                ("user.name", false)
+            ]
+        );
+        assert_eq!(diff[0].real, None);
+        assert_eq!(diff[1].rehearsed, None);
+        // Numbers compare by value, as value_accuracy counts them.
+        let same = leaf_diff(&json!({"n": 2.0}), &json!({"n": 2}));
+        assert!(!same[0].differs);
+    }
 
     #[test]
     fn identical_responses_score_one() {

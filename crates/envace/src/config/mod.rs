@@ -22,6 +22,36 @@ use serde::{Deserialize, Serialize};
 pub use presets::{PRESETS, Preset, preset, preset_names};
 pub use validate::{ConfigErrors, ConfigIssue, json_schema, json_schema_value, parse, parse_file};
 
+/// The arm of each run `(id, parsed config)`: runs whose configs are equal once `[run].seed`
+/// and `[run].name` are set aside (they differ only in seed) share the smallest id among
+/// them; a run whose config did not parse is an arm of its own. The studio's compare view and
+/// the monitor group seeds by it.
+pub fn seed_arms<Id: Copy + Ord>(runs: &[(Id, Option<ExperimentConfig>)]) -> Vec<Id> {
+    let bare: Vec<Option<ExperimentConfig>> = runs
+        .iter()
+        .map(|(_, config)| {
+            config.clone().map(|mut config| {
+                config.run.seed = 0;
+                config.run.name = String::new();
+                config
+            })
+        })
+        .collect();
+    runs.iter()
+        .zip(&bare)
+        .map(|((id, _), mine)| match mine {
+            None => *id,
+            Some(mine) => runs
+                .iter()
+                .zip(&bare)
+                .filter(|(_, other)| other.as_ref() == Some(mine))
+                .map(|((other, _), _)| *other)
+                .min()
+                .unwrap_or(*id),
+        })
+        .collect()
+}
+
 /// A whole experiment: what to train, on what, how, and how to evaluate it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

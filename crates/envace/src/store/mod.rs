@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_episodes.sql"),
     include_str!("migrations/0003_eval_tasks.sql"),
+    include_str!("migrations/0004_resumes.sql"),
 ];
 
 /// The schema version this build writes.
@@ -326,7 +327,7 @@ impl Store {
             .map_err(&err)? as u64;
         let changed = tx
             .execute(
-                "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                "UPDATE runs SET status = ?2, updated_at = ?3, resumes = resumes + 1 WHERE id = ?1",
                 params![run.0, RunStatus::Running.as_str(), now_secs()],
             )
             .map_err(&err)?;
@@ -400,7 +401,7 @@ impl View<'_> {
             .conn
             .prepare(
                 "SELECT r.id, r.name, r.status, r.created_at, r.updated_at, r.config_hash,
-                        (SELECT MAX(step) FROM metrics m WHERE m.run_id = r.id)
+                        (SELECT MAX(step) FROM metrics m WHERE m.run_id = r.id), r.resumes
                  FROM runs r ORDER BY r.id DESC",
             )
             .map_err(self.err())?;
@@ -470,6 +471,59 @@ impl View<'_> {
             run,
             EventRow::from_row,
         )
+    }
+
+    /// The run's metric rows committed after row `after` (0: from the first), in the order
+    /// they were written, each with its row id: what a follower that already holds the rows
+    /// up to `after` reads next. At most `limit` rows; ask again from the last id for more.
+    pub fn metrics_after(
+        &self,
+        run: RunId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, MetricRow)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT step, key, value, wall_time, rowid FROM metrics INDEXED BY metrics_by_run
+                 WHERE run_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3",
+            )
+            .map_err(self.err())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(params![run.0, after, limit], |row| {
+                Ok((row.get(4)?, MetricRow::from_row(row)?))
+            })
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
+        Ok(rows)
+    }
+
+    /// The run's log lines committed after line `after` (0: from the first), oldest first,
+    /// each with its id, as [`View::metrics_after`] reads metrics.
+    pub fn events_after(
+        &self,
+        run: RunId,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, EventRow)>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT wall_time, level, step, message, fields, id FROM events
+                 WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            )
+            .map_err(self.err())?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(params![run.0, after, limit], |row| {
+                Ok((row.get(5)?, EventRow::from_row(row)?))
+            })
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
+        Ok(rows)
     }
 
     /// A run's trajectories, in step and episode order.

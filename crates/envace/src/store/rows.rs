@@ -108,6 +108,9 @@ pub struct RunSummary {
     pub config_hash: String,
     /// Highest step with a metric, if any.
     pub last_step: Option<u64>,
+    /// How many times it was resumed from a checkpoint (each resume removes the rows written
+    /// after that checkpoint).
+    pub resumes: u32,
 }
 
 impl RunSummary {
@@ -120,6 +123,7 @@ impl RunSummary {
             updated_at: row.get(4)?,
             config_hash: row.get(5)?,
             last_step: row.get::<_, Option<i64>>(6)?.map(to_u64),
+            resumes: row.get(7)?,
         })
     }
 }

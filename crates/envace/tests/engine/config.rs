@@ -267,3 +267,36 @@ fn the_rl_pool_size_follows_n_tasks() {
     let err = config::parse("[run]\nname = \"x\"\n[rl]\nn_tasks = 0\n", "pool").unwrap_err();
     assert_eq!(err.issues[0].path, "rl.n_tasks", "{err}");
 }
+
+#[test]
+fn runs_that_differ_only_in_seed_and_name_share_an_arm() {
+    let base = envace::config::preset("quickstart").unwrap().toml;
+    let with = |edits: &[(&[&str], serde_json::Value)]| {
+        let mut text = base.to_owned();
+        for (path, value) in edits {
+            text = envace::config::edit::set_value(&text, path, value).unwrap();
+        }
+        Some(envace::config::parse(&text, "test").unwrap())
+    };
+    let runs = vec![
+        (1, with(&[(&["run", "seed"], serde_json::json!(1))])),
+        (2, with(&[(&["rl", "lr"], serde_json::json!(2e-5))])),
+        (
+            3,
+            with(&[
+                (&["run", "seed"], serde_json::json!(9)),
+                (&["run", "name"], serde_json::json!("other")),
+            ]),
+        ),
+        (4, None),
+        (
+            5,
+            with(&[
+                (&["rl", "lr"], serde_json::json!(2e-5)),
+                (&["run", "seed"], serde_json::json!(3)),
+            ]),
+        ),
+        (6, with(&[])),
+    ];
+    assert_eq!(config::seed_arms(&runs), vec![1, 2, 1, 4, 2, 1]);
+}

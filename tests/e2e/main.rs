@@ -1,5 +1,6 @@
 //! End-to-end tests of the real studio app in a real webview (WebKitGTK), driven by WebDriver
-//! under Xvfb, as a person would use it. Screenshots go to `target/screenshots/`.
+//! under Xvfb, as a person would use it, and of the native monitor's window (`monitor.rs`).
+//! Screenshots go to `target/screenshots/`.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
 mod analysis;
@@ -7,6 +8,7 @@ mod benchmarks;
 mod close;
 mod endpoints;
 mod evaluate;
+mod monitor;
 mod pickers;
 mod training;
 

@@ -59,6 +59,23 @@ pub fn studio_binary() -> PathBuf {
     studio
 }
 
+/// The `envace` command line binary beside this executable's profile folder (as
+/// [`studio_binary`] finds the studio; `cargo test --workspace` builds it for the CLI's tests).
+pub fn cli_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("cannot find the running executable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the running executable lies in a cargo profile folder");
+    let cli = profile_dir.join(format!("envace{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        cli.is_file(),
+        "the envace binary {} is missing: build it first (`cargo build -p envace-cli`)",
+        cli.display()
+    );
+    cli
+}
+
 /// Starts Xvfb on a free display and returns it with the display name.
 pub fn start_display() -> (Guard, String) {
     let xvfb = need("Xvfb", "xvfb");

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_chart;
 mod bench_grpo;
+mod bench_monitor;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
@@ -341,6 +342,7 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         Some("serve") => bench_serve::serve(root),
         Some("wgpu") => bench_wgpu::wgpu(root, &args[1..]),
         Some("wgpu-rl") => bench_wgpu_rl::wgpu_rl(root, &args[1..]),
+        Some("monitor") => bench_monitor::monitor(root),
         Some("science") => bench_science::science(
             root,
             &bench_science::parse_seeds(args)?,
@@ -350,12 +352,12 @@ fn run_bench(root: &Path, name: Option<&str>, args: &[String]) -> Result<()> {
         ),
         None => {
             bail!(
-                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, science"
+                "usage: cargo xtask bench NAME; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, monitor, science"
             )
         }
         Some(name) => {
             bail!(
-                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, science"
+                "no benchmark named {name:?}; the benchmarks are: model, grpo, serve, wgpu, wgpu-rl, rollout, quickstart, chart, monitor, science"
             )
         }
     }

@@ -37,12 +37,23 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 crate::eval_command::evaluate(&args, store.as_deref())
             }
         },
-        Command::Train { config, resume } => {
+        Command::Train {
+            config,
+            resume,
+            monitor,
+        } => {
             let path = match cli.store {
                 Some(path) => path,
                 None => store::default_path()?,
             };
-            crate::train_command::train(&config, resume.as_deref(), &path)
+            crate::train_command::train(&config, resume.as_deref(), &path, monitor)
+        }
+        Command::Monitor { runs } => {
+            let path = match cli.store {
+                Some(path) => path,
+                None => store::default_path()?,
+            };
+            crate::monitor_command::monitor(&path, &runs)
         }
         Command::ServeEnv {
             domain,

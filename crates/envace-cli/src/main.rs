@@ -14,6 +14,7 @@ macro_rules! out {
 mod commands;
 mod env_commands;
 mod eval_command;
+mod monitor_command;
 mod serve_commands;
 mod train_command;
 
@@ -68,6 +69,15 @@ enum Command {
         /// Continue this run (id or name) from its latest checkpoint.
         #[arg(long, value_name = "RUN")]
         resume: Option<String>,
+        /// Also open the native monitor window on the run (it stays open after training ends).
+        #[arg(long)]
+        monitor: bool,
+    },
+    /// Open the native run monitor: follow the store's runs live and compare their curves.
+    Monitor {
+        /// Runs to draw at first (ids or names; none: the newest run).
+        #[arg(value_name = "RUN")]
+        runs: Vec<String>,
     },
     /// Serve a built-in domain as an MCP server (one environment state per session).
     ServeEnv {

@@ -15,7 +15,15 @@ use envace::store::{RunId, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Trains `config_path` (or resumes `resume`), storing the run in `store_path`.
-pub fn train(config_path: &Path, resume: Option<&str>, store_path: &Path) -> Result<ExitCode> {
+pub fn train(
+    config_path: &Path,
+    resume: Option<&str>,
+    store_path: &Path,
+    monitor: bool,
+) -> Result<ExitCode> {
+    if monitor {
+        crate::monitor_command::check_display()?;
+    }
     let text = std::fs::read_to_string(config_path)
         .with_context(|| format!("cannot read the config {}", config_path.display()))?;
     let experiment = config::parse(&text, &config_path.display().to_string())
@@ -61,6 +69,12 @@ pub fn train(config_path: &Path, resume: Option<&str>, store_path: &Path) -> Res
     );
     let run = controller.run();
     eprintln!("run {} in {}", run.0, store_path.display());
+    if monitor {
+        // The window is its own process: closing it leaves training alone, and it stays
+        // open on the finished run.
+        let child = crate::monitor_command::spawn_beside(store_path, &run.0.to_string())?;
+        eprintln!("monitor window opened (process {})", child.id());
+    }
     loop {
         if signal_rx.try_recv().is_ok() {
             interrupted += 1;

@@ -387,3 +387,51 @@ fn config_tasks_writes_the_jobs_own_tasks_in_order_with_their_checklists() {
         stderr(&out)
     );
 }
+
+#[test]
+fn monitor_without_a_display_says_how_to_get_one_and_train_monitor_refuses_before_training() {
+    let home = tempfile::tempdir().unwrap();
+    populated_store(home.path());
+    let without_display = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_envace"))
+            .args(args)
+            .env("ENVACE_HOME", home.path())
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .env_remove("RUST_LOG")
+            .current_dir(repo_root())
+            .output()
+            .unwrap()
+    };
+    let out = without_display(&["monitor"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("DISPLAY") && err.contains("ssh -X"), "{err}");
+
+    let out = without_display(&["train", "assets/configs/quickstart.toml", "--monitor"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("needs a display"), "{}", stderr(&out));
+    // Refused before a run was created.
+    let store = Store::open(&home.path().join(store::STORE_FILE_NAME)).unwrap();
+    assert_eq!(store.view().runs().unwrap().len(), 2);
+}
+
+#[test]
+fn monitor_names_a_store_that_does_not_exist() {
+    let home = tempfile::tempdir().unwrap();
+    let missing = home.path().join("elsewhere.sqlite");
+    let out = Command::new(env!("CARGO_BIN_EXE_envace"))
+        .arg("--store")
+        .arg(&missing)
+        .arg("monitor")
+        .env("DISPLAY", ":99")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("elsewhere.sqlite") && err.contains("no run store"),
+        "{err}"
+    );
+    assert!(!missing.exists(), "the monitor created a store");
+}

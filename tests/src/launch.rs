@@ -44,12 +44,7 @@ pub fn studio_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("ENVACE_STUDIO_BIN").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    let exe = std::env::current_exe().expect("cannot find the running executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the running executable lies in a cargo profile folder");
-    let studio = profile_dir.join(format!("envace-studio{}", std::env::consts::EXE_SUFFIX));
+    let studio = profile_dir().join(format!("envace-studio{}", std::env::consts::EXE_SUFFIX));
     assert!(
         studio.is_file(),
         "the studio binary {} is missing: build it first (`cargo build -p envace-studio`; \
@@ -59,21 +54,26 @@ pub fn studio_binary() -> PathBuf {
     studio
 }
 
-/// The `envace` command line binary beside this executable's profile folder (as
-/// [`studio_binary`] finds the studio; `cargo test --workspace` builds it for the CLI's tests).
+/// The `envace` command line binary in the same profile folder as the studio (see
+/// [`studio_binary`]; `cargo test --workspace` builds it for the CLI's tests).
 pub fn cli_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("cannot find the running executable");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the running executable lies in a cargo profile folder");
-    let cli = profile_dir.join(format!("envace{}", std::env::consts::EXE_SUFFIX));
+    let cli = profile_dir().join(format!("envace{}", std::env::consts::EXE_SUFFIX));
     assert!(
         cli.is_file(),
         "the envace binary {} is missing: build it first (`cargo build -p envace-cli`)",
         cli.display()
     );
     cli
+}
+
+/// The cargo profile folder of the running executable (`target/debug/` for a test in
+/// `target/debug/deps/` or an example in `target/debug/examples/`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("cannot find the running executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the running executable lies in a cargo profile folder")
+        .to_path_buf()
 }
 
 /// Starts Xvfb on a free display and returns it with the display name.

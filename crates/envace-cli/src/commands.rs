@@ -18,10 +18,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Config(command) => config_command(command),
         Command::Runs(command) => {
-            let path = match cli.store {
-                Some(path) => path,
-                None => store::default_path()?,
-            };
+            let path = store_or_default(cli.store)?;
             runs_command(command, &path)
         }
         Command::Env(command) => crate::env_commands::env_command(command),
@@ -42,17 +39,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             resume,
             monitor,
         } => {
-            let path = match cli.store {
-                Some(path) => path,
-                None => store::default_path()?,
-            };
+            let path = store_or_default(cli.store)?;
             crate::train_command::train(&config, resume.as_deref(), &path, monitor)
         }
         Command::Monitor { runs } => {
-            let path = match cli.store {
-                Some(path) => path,
-                None => store::default_path()?,
-            };
+            let path = store_or_default(cli.store)?;
             crate::monitor_command::monitor(&path, &runs)
         }
         Command::ServeEnv {
@@ -81,6 +72,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             device,
             adapter: adapter.as_deref(),
         }),
+    }
+}
+
+/// The store `--store` names, else the default one (`$ENVACE_HOME` or the data directory).
+fn store_or_default(store: Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    match store {
+        Some(path) => Ok(path),
+        None => Ok(store::default_path()?),
     }
 }
 

@@ -100,16 +100,7 @@ fn window_frames(
     if std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none() {
         return json!({"skipped": "no display: run under Xvfb (cargo xtask bench monitor does)"});
     }
-    let follower = Follower::open(path).unwrap();
-    let ids: Vec<_> = follower.runs().keys().copied().collect();
-    let n_runs = ids.len();
-    let mut app = MonitorApp::new(follower, &[])
-        .unwrap()
-        .with_poll_interval(Duration::from_secs(3600));
-    if let Some(n) = max_points {
-        app = app.with_max_points(n);
-    }
-    app.set_drawn(ids);
+    let (app, n_runs) = every_run_drawn(path, max_points);
     let times = Arc::new(Mutex::new((Vec::new(), Vec::new())));
     let timed = Timed {
         app,
@@ -145,6 +136,22 @@ fn window_frames(
         "frame_cpu_ms": percentiles(&mut cpu_ms),
         "between_frames_ms": percentiles(&mut between_ms),
     })
+}
+
+/// The monitor on the store at `path` drawing every run (polling only by hand), with at most
+/// `max_points` per line when given; and how many runs that is.
+fn every_run_drawn(path: &std::path::Path, max_points: Option<usize>) -> (MonitorApp, usize) {
+    let follower = Follower::open(path).unwrap();
+    let ids: Vec<_> = follower.runs().keys().copied().collect();
+    let n_runs = ids.len();
+    let mut app = MonitorApp::new(follower, &[])
+        .unwrap()
+        .with_poll_interval(Duration::from_secs(3600));
+    if let Some(n) = max_points {
+        app = app.with_max_points(n);
+    }
+    app.set_drawn(ids);
+    (app, n_runs)
 }
 
 /// Frames drawn before any is counted (the first ones shape every line and compile shaders).
@@ -196,16 +203,8 @@ fn frames(
     n_frames: usize,
     max_points: Option<usize>,
 ) -> serde_json::Value {
-    let follower = Follower::open(path).unwrap();
-    let ids: Vec<_> = follower.runs().keys().copied().collect();
-    assert_eq!(ids.len(), n_runs);
-    let mut app = MonitorApp::new(follower, &[])
-        .unwrap()
-        .with_poll_interval(Duration::from_secs(3600));
-    if let Some(n) = max_points {
-        app = app.with_max_points(n);
-    }
-    app.set_drawn(ids);
+    let (app, drawn) = every_run_drawn(path, max_points);
+    assert_eq!(drawn, n_runs);
     let mut harness = Harness::builder()
         .with_size([1600.0, 1000.0])
         .with_max_steps(10_000)

@@ -59,6 +59,8 @@ pub struct MonitorApp {
     episodes_open: bool,
     episodes: Option<Episodes>,
     opened: Option<(u64, u64)>,
+    /// The opened episode's rehearsed calls, compared leaf by leaf when it was opened.
+    opened_calls: Vec<crate::episodes::Call>,
     max_points: usize,
     /// The charts' width in points at the last frame (lines are shaped for it).
     chart_width: f32,
@@ -66,6 +68,8 @@ pub struct MonitorApp {
     /// axis, smoothing or point budget change, not on every frame.
     shaped: HashMap<(RunId, String), Shaped>,
     group_seeds: bool,
+    /// The seed groups of the drawn runs, kept until the drawn set changes (configs never do).
+    arms: Option<(BTreeSet<RunId>, Vec<Vec<RunId>>)>,
     /// Seed groups' bands by (smallest run id of the group, key).
     bands: HashMap<(RunId, String), CachedBand>,
     export_dir: PathBuf,
@@ -129,10 +133,12 @@ impl MonitorApp {
             episodes_open: false,
             episodes: None,
             opened: None,
+            opened_calls: Vec::new(),
             max_points: MAX_POINTS,
             chart_width: 1000.0,
             shaped: HashMap::new(),
             group_seeds: false,
+            arms: None,
             bands: HashMap::new(),
             export_dir: PathBuf::from("."),
             export_outcome: export::Outcome::default(),
@@ -367,10 +373,13 @@ impl MonitorApp {
         });
         if self.episodes.as_ref().is_none_or(|e| e.run != id) {
             self.opened = None;
+            self.opened_calls.clear();
             match Episodes::load(&mut self.follower, id) {
                 Ok(episodes) => self.episodes = Some(episodes),
                 Err(error) => {
-                    self.error = Some(error.to_string());
+                    // Closed, so that the failed read is not tried again on every frame.
+                    self.error = Some(format!("Reading the episodes failed: {error}"));
+                    self.episodes_open = false;
                     return;
                 }
             }
@@ -397,13 +406,18 @@ impl MonitorApp {
                     }
                 }
             });
-        self.opened = opened;
+        if opened != self.opened {
+            self.opened_calls = opened.map_or_else(Vec::new, |(step, episode_idx)| {
+                episodes.calls(step, episode_idx)
+            });
+            self.opened = opened;
+        }
         ui.separator();
-        let Some((step, episode_idx)) = opened else {
+        if opened.is_none() {
             ui.label("Open an episode to compare its rehearsed and real responses.");
             return;
-        };
-        let calls = episodes.calls(step, episode_idx);
+        }
+        let calls = &self.opened_calls;
         if calls.is_empty() {
             ui.label("No tool response was rehearsed in this episode.");
             return;
@@ -542,8 +556,9 @@ impl MonitorApp {
     }
 
     /// The drawn runs in their seed groups (each run alone unless seeds are grouped), each
-    /// group in id order.
-    fn groups(&self) -> Vec<Vec<RunId>> {
+    /// group in id order. The grouping compares whole configs, so it is computed again only
+    /// when the drawn runs change.
+    fn groups(&mut self) -> Vec<Vec<RunId>> {
         let drawn: Vec<&RunData> = self
             .drawn
             .iter()
@@ -552,16 +567,22 @@ impl MonitorApp {
         if !self.group_seeds {
             return drawn.iter().map(|r| vec![r.summary.id]).collect();
         }
+        if let Some((of, arms)) = &self.arms
+            && *of == self.drawn
+        {
+            return arms.clone();
+        }
         let configs: Vec<(RunId, Option<envace::config::ExperimentConfig>)> = drawn
             .iter()
             .map(|r| (r.summary.id, r.config.clone()))
             .collect();
-        let arms = envace::config::seed_arms(&configs);
         let mut by_arm: BTreeMap<RunId, Vec<RunId>> = BTreeMap::new();
-        for ((id, _), arm) in configs.iter().zip(arms) {
+        for ((id, _), arm) in configs.iter().zip(envace::config::seed_arms(&configs)) {
             by_arm.entry(arm).or_default().push(*id);
         }
-        by_arm.into_values().collect()
+        let arms: Vec<Vec<RunId>> = by_arm.into_values().collect();
+        self.arms = Some((self.drawn.clone(), arms.clone()));
+        arms
     }
 
     /// Computes the bands of seed groups whose members changed since they were last computed.

@@ -2,6 +2,8 @@
 //! opened, each rehearsed tool response beside the real one, leaf by leaf, with the leaves where
 //! they differ marked (the engine's `fidelity::leaf_diff`). Read on demand, not every frame.
 
+use std::collections::HashMap;
+
 use envace::fidelity::{LeafDiff, leaf_diff};
 use envace::store::{FidelityRow, RunId};
 
@@ -58,13 +60,19 @@ impl Episodes {
     /// Reads the run's episodes and rehearsed-vs-real pairs from the follower's store.
     pub fn load(follower: &mut Follower, run: RunId) -> envace::Result<Self> {
         let (trajectories, pairs) = follower.episodes(run)?;
+        let mut per_episode: HashMap<(u64, u64), usize> = HashMap::new();
+        for pair in &pairs {
+            *per_episode
+                .entry((pair.step, pair.episode_idx))
+                .or_default() += 1;
+        }
         let list = trajectories
             .into_iter()
             .map(|t| Episode {
-                n_pairs: pairs
-                    .iter()
-                    .filter(|p| p.step == t.step && p.episode_idx == t.episode_idx)
-                    .count(),
+                n_pairs: per_episode
+                    .get(&(t.step, t.episode_idx))
+                    .copied()
+                    .unwrap_or(0),
                 step: t.step,
                 episode_idx: t.episode_idx,
                 task_id: t.task_id,

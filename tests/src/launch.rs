@@ -54,9 +54,13 @@ pub fn studio_binary() -> PathBuf {
     studio
 }
 
-/// The `envace` command line binary in the same profile folder as the studio (see
-/// [`studio_binary`]; `cargo test --workspace` builds it for the CLI's tests).
+/// The `envace` command line binary: `ENVACE_CLI_BIN` when set, else the one in the same
+/// profile folder as the studio (see [`studio_binary`]; `cargo test --workspace` builds it for
+/// the CLI's tests).
 pub fn cli_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("ENVACE_CLI_BIN").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
     let cli = profile_dir().join(format!("envace{}", std::env::consts::EXE_SUFFIX));
     assert!(
         cli.is_file(),

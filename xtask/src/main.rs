@@ -9,6 +9,7 @@ mod bench_science;
 mod bench_serve;
 mod bench_wgpu;
 mod bench_wgpu_rl;
+mod bundle;
 mod check_aarch64;
 mod check_cuda;
 mod device_check;
@@ -27,6 +28,11 @@ commands:
   run          set up, build, and run the main job (the studio on the quickstart
                experiment, or the same run headless when no display is present)
   test         set up, then run every check and test (what CI runs)
+  bundle [--no-build]
+               build the studio and the envace command line (with its monitor) in
+               release and package them: target/bundle/envace-studio_VERSION_ARCH.deb
+               and target/bundle/EnvACE_Studio-VERSION-ARCH.AppImage, with desktop
+               entries and icon (--no-build: package the release binaries already built)
   check cuda [--cuda 13.4|13.0]
                build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
                (installed into the cache folder; no GPU needed), failing on a warning
@@ -84,6 +90,7 @@ fn run() -> Result<()> {
         Some("setup") => setup::ensure_all(),
         Some("run") => main_job(&root),
         Some("test") => test_all(),
+        Some("bundle") => bundle::bundle(&root, &args[1..]),
         Some("check") => match args.get(1).map(String::as_str) {
             Some("cuda") => {
                 let release = match args.get(2).map(String::as_str) {

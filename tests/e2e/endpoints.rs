@@ -9,11 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use candle_core::{DType, Device};
-use envace::config::{self, Architecture};
-use envace::model::{Policy, TransformerConfig};
 use envace::serve::{LoadedModel, ServeOptions, serve};
-use envace::tokenize;
 use serde_json::json;
 
 use super::Studio;
@@ -23,26 +19,7 @@ use envace_e2e::launch::{self, Guard};
 fn tiny_model(dir: &Path) {
     let corpus =
         "<|im_start|>user\nready?<|im_end|>\n<|im_start|>assistant\nyes, ready<|im_end|>\n";
-    let tokenizer = tokenize::train_bpe(std::iter::repeat_n(corpus, 8), 300).unwrap();
-    let tiny = config::TinyModelConfig {
-        architecture: Architecture::Llama,
-        hidden_size: 32,
-        n_layers: 1,
-        n_heads: 2,
-        n_kv_heads: 1,
-        intermediate_size: 48,
-        vocab_size: u32::try_from(tokenizer.get_vocab_size(true)).unwrap(),
-        max_position_embeddings: 512,
-        rope_theta: 10_000.0,
-        tie_embeddings: true,
-        split_digits: true,
-    };
-    let cfg = TransformerConfig::from_tiny(&tiny).unwrap();
-    Policy::init(cfg, 7, &Device::Cpu, DType::F32)
-        .unwrap()
-        .save(dir)
-        .unwrap();
-    tokenize::save(&tokenizer, &dir.join(tokenize::TOKENIZER_FILE)).unwrap();
+    envace::model::save_tiny_llama_folder(dir, corpus).unwrap();
 }
 
 /// Clicks the check button of the endpoint table `at` and returns the result line once the

@@ -494,10 +494,27 @@ fn main() -> ExitCode {
         // The reader of our output went away: nothing is left to say to it.
         Err(err) if closed_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_text(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message before
+/// it already says (the engine's errors carry their source's text in their own message, and
+/// SQLite's repeat theirs), so that each thing is said once.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if text.is_empty() {
+            text = said;
+        } else if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+    }
+    text
 }
 
 /// Whether `err` comes from writing to a pipe whose reader has closed it.

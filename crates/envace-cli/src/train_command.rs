@@ -28,6 +28,13 @@ pub fn train(
         .with_context(|| format!("cannot read the config {}", config_path.display()))?;
     let experiment = config::parse(&text, &config_path.display().to_string())
         .map_err(|errors| anyhow::anyhow!("{errors}"))?;
+    if resume.is_some() && !store_path.exists() {
+        bail!(
+            "cannot resume run {}: there is no run store at {} (name the store the run was trained in with --store)",
+            resume.unwrap_or_default(),
+            store_path.display()
+        );
+    }
     if let Some(dir) = store_path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

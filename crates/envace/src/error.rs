@@ -253,7 +253,7 @@ pub enum Error {
 
     /// The model server could not load its model or start listening; names the file, the run
     /// or the address.
-    #[error("serve-model, {what}: {message}")]
+    #[error("{what}: {message}")]
     Serve {
         /// The model path, run or address at fault.
         what: String,

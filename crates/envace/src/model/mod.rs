@@ -793,6 +793,31 @@ pub struct Policy {
     inv_freq: Vec<f64>,
 }
 
+/// A tiny untrained Llama (hidden size 32, one layer, seed 7) with a BPE tokenizer of 320
+/// tokens trained on `corpus`, saved as a Hugging Face folder (`config.json`,
+/// `model.safetensors`, `tokenizer.json`; no `tokenizer_config.json`, so a server falls back to
+/// EnvACE's ChatML template): a model folder that loads in a moment, for tests and demos of
+/// anything that reads one.
+pub fn save_tiny_llama_folder(dir: &Path, corpus: &str) -> Result<()> {
+    let tokenizer = crate::tokenize::train_bpe(std::iter::repeat_n(corpus, 8), 320)?;
+    let tiny = TinyModelConfig {
+        architecture: Architecture::Llama,
+        hidden_size: 32,
+        n_layers: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        intermediate_size: 48,
+        vocab_size: u32::try_from(tokenizer.get_vocab_size(true)).unwrap_or(u32::MAX),
+        max_position_embeddings: 1024,
+        rope_theta: 10_000.0,
+        tie_embeddings: true,
+        split_digits: true,
+    };
+    let cfg = TransformerConfig::from_tiny(&tiny)?;
+    Policy::init(cfg, 7, &Device::Cpu, DType::F32)?.save(dir)?;
+    crate::tokenize::save(&tokenizer, &dir.join(crate::tokenize::TOKENIZER_FILE))
+}
+
 impl Policy {
     /// A freshly initialised model: projections and embeddings normal with standard deviation
     /// `initializer_range`, norms at one. The same seed gives the same weights on every device.

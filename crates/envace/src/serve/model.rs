@@ -119,7 +119,25 @@ impl LoadedModel {
         if path.is_dir() {
             return Self::from_hf_dir(path, device, dtype);
         }
-        if !is_gguf(path)? {
+        let named_gguf = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+        let magic = first_bytes(path)?;
+        if named_gguf && magic != *b"GGUF" {
+            let found = if magic.is_empty() {
+                "it is empty".to_owned()
+            } else {
+                format!(
+                    "it starts with {:?}, not GGUF's magic \"GGUF\" (damaged, or another format renamed)",
+                    String::from_utf8_lossy(&magic)
+                )
+            };
+            return Err(Error::Serve {
+                what,
+                message: format!("not a GGUF file: {found}"),
+            });
+        }
+        if magic != *b"GGUF" {
             return Err(Error::Serve {
                 what,
                 message: "unsupported model format: expected a .gguf file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)".to_owned(),
@@ -423,9 +441,13 @@ fn knows_tools(template_source: &str) -> bool {
     template_source.contains("tools")
 }
 
-fn is_gguf(path: &Path) -> Result<bool> {
+/// Up to the first four bytes of the file at `path` (a GGUF file's magic).
+fn first_bytes(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
-    let mut magic = [0u8; 4];
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    Ok(file.read_exact(&mut magic).is_ok() && &magic == b"GGUF")
+    let mut magic = Vec::with_capacity(4);
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    file.take(4)
+        .read_to_end(&mut magic)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(magic)
 }

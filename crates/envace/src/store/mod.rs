@@ -71,6 +71,37 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// SQLite's "not a database" and "malformed" at open said in the store's terms.
+fn unusable(path: &Path, err: Error) -> Error {
+    let Error::Store { source, .. } = &err else {
+        return err;
+    };
+    let message = match source.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => {
+            "not an SQLite file, so not a run store (another file, or its start overwritten)"
+        }
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            "damaged (SQLite: database disk image is malformed; a truncated or partly overwritten \
+             file); restore it from a copy, or use another --store"
+        }
+        _ => return err,
+    };
+    Error::StoreFormat {
+        path: path.to_path_buf(),
+        message: message.to_owned(),
+    }
+}
+
+/// The error for a store whose schema `version` is newer than this build's.
+fn newer_build(path: &Path, version: u32) -> Error {
+    Error::StoreFormat {
+        path: path.to_path_buf(),
+        message: format!(
+            "written by a newer EnvACE (schema version {version}; this build knows up to {SCHEMA_VERSION}); upgrade EnvACE or use another --store"
+        ),
+    }
+}
+
 impl Store {
     /// Opens (creating if needed) the store at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> Result<Store> {
@@ -80,6 +111,12 @@ impl Store {
         {
             std::fs::create_dir_all(parent).map_err(|err| Error::io(parent, err))?;
         }
+        if path.is_dir() {
+            return Err(Error::StoreFormat {
+                path: path.to_path_buf(),
+                message: "is a folder; a run store is a file (e.g. runs.sqlite)".to_owned(),
+            });
+        }
         let conn = Connection::open(path).map_err(|source| Error::Store {
             path: path.to_path_buf(),
             source,
@@ -88,8 +125,13 @@ impl Store {
             conn,
             path: path.to_path_buf(),
         };
-        store.configure()?;
-        store.migrate()?;
+        // Before anything is written (switching to WAL rewrites the header): a file that is not
+        // a store, or one from a newer build, is refused untouched.
+        let opened = store
+            .check_version()
+            .and_then(|()| store.configure())
+            .and_then(|()| store.migrate());
+        opened.map_err(|err| unusable(path, err))?;
         Ok(store)
     }
 
@@ -117,6 +159,18 @@ impl Store {
             .map_err(&err)
     }
 
+    /// Refuses a file written by a newer build, reading only its header.
+    fn check_version(&self) -> Result<()> {
+        let version: u32 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(self.err())?;
+        if version > SCHEMA_VERSION {
+            return Err(newer_build(&self.path, version));
+        }
+        Ok(())
+    }
+
     fn migrate(&mut self) -> Result<()> {
         let path = self.path.clone();
         let err = move |source| Error::Store {
@@ -131,12 +185,7 @@ impl Store {
             .query_row("PRAGMA user_version", [], |row| row.get(0))
             .map_err(&err)?;
         if version > SCHEMA_VERSION {
-            return Err(Error::StoreFormat {
-                path: self.path.clone(),
-                message: format!(
-                    "written by a newer EnvACE (schema version {version}; this build knows up to {SCHEMA_VERSION}); upgrade EnvACE or use another --store"
-                ),
-            });
+            return Err(newer_build(&self.path, version));
         }
         for (idx, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql).map_err(&err)?;

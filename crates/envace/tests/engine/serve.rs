@@ -443,25 +443,7 @@ fn a_server_stopped_mid_request_gives_a_failure_not_a_panic() {
 /// `tokenizer_config.json`: the server falls back to EnvACE's ChatML template.
 fn tiny_hf_folder(dir: &Path) {
     let corpus = "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\nhi, how can I help?<|im_end|>\n";
-    let tokenizer =
-        tokenize::train_bpe(std::iter::repeat_n(corpus, 8), 320).expect("a tokenizer trains");
-    let tiny = config::TinyModelConfig {
-        architecture: Architecture::Llama,
-        hidden_size: 32,
-        n_layers: 1,
-        n_heads: 2,
-        n_kv_heads: 1,
-        intermediate_size: 48,
-        vocab_size: tokenizer.get_vocab_size(true) as u32,
-        max_position_embeddings: 1024,
-        rope_theta: 10_000.0,
-        tie_embeddings: true,
-        split_digits: true,
-    };
-    let cfg = TransformerConfig::from_tiny(&tiny).expect("a valid tiny config");
-    let policy = Policy::init(cfg, 7, &Device::Cpu, DType::F32).expect("a tiny model");
-    policy.save(dir).expect("the model saves");
-    tokenize::save(&tokenizer, &dir.join(tokenize::TOKENIZER_FILE)).expect("the tokenizer saves");
+    model::save_tiny_llama_folder(dir, corpus).expect("the tiny folder saves");
 }
 
 #[test]
@@ -541,16 +523,16 @@ fn loading_errors_name_the_file_and_what_to_do() {
     // The operating system's words follow; they differ between systems.
     assert!(
         busy.starts_with(&format!(
-            "serve-model, address {}: cannot listen: ",
+            "address {}: cannot listen: ",
             taken.local_addr().expect("a bound address")
         )),
         "{busy}"
     );
     expect![[r#"
-        serve-model, TMP/missing.gguf: no such file or folder; pass a .gguf file or a Hugging Face model folder
-        serve-model, TMP/notes.txt: unsupported model format: expected a .gguf file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
-        serve-model, TMP/empty: this folder has no config.json; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json, and tokenizer_config.json for its chat template
-        serve-model, run "fresh": run 1 (fresh) has no checkpoint yet; `envace runs show 1` lists what it saved
+        TMP/missing.gguf: no such file or folder; pass a .gguf file or a Hugging Face model folder
+        TMP/notes.txt: unsupported model format: expected a .gguf file or a Hugging Face folder (config.json, model.safetensors, tokenizer.json, tokenizer_config.json)
+        TMP/empty: this folder has no config.json; a Hugging Face model folder needs config.json, model.safetensors (or an index and shards), tokenizer.json, and tokenizer_config.json for its chat template
+        run "fresh": run 1 (fresh) has no checkpoint yet; `envace runs show 1` lists what it saved
         no run matches "nope"; `envace runs list` shows the runs in this store"#]]
     .assert_eq(
         &[
@@ -640,7 +622,7 @@ fn a_template_that_knows_tools_renders_them_itself() {
         .expect_err("top_p 0 keeps no token");
     assert_eq!(
         err.to_string(),
-        "serve-model, request field top_p: must be greater than 0"
+        "request field top_p: must be greater than 0"
     );
 
     // The tiny Qwen3 also answers over HTTP, whatever noise it writes.

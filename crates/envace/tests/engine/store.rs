@@ -251,7 +251,14 @@ fn a_store_from_a_newer_version_is_refused_untouched() {
         conn.execute_batch("CREATE TABLE mystery (x); PRAGMA user_version = 99;")
             .unwrap();
     }
+    let before = std::fs::read(&path).unwrap();
     let err = Store::open(&path).unwrap_err();
+    // Not a byte changed: not even the journal mode in the header (an older build must not
+    // touch a newer build's file).
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "the file was written"
+    );
     assert!(matches!(err, Error::StoreFormat { .. }), "{err}");
     let message = err.to_string();
     assert!(message.contains("future.sqlite"), "{message}");

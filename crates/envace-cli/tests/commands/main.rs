@@ -2,6 +2,7 @@
 //! the real binary (`CARGO_BIN_EXE_envace`) as a person would.
 #![allow(clippy::unwrap_used)] // Test code may unwrap: a panic here is the test failing.
 
+mod bad_inputs;
 mod cli;
 mod env;
 mod eval;

@@ -15,7 +15,7 @@ use envace::env::tau2::{DomainKind, Task, Tau2Domain};
 use envace::eval::bfcl::{self, NameStyle, run::RunOptions};
 use envace::eval::convrehearsal::{RehearsalBudget, RehearsingAgent};
 use envace::eval::tau2::{self, EndpointAgent, EndpointJudge, EndpointUser, Tau2Options};
-use envace::openai::ChatClient;
+use envace::openai::{ChatClient, ChatMsg, ChatRequest};
 use envace::serve::{LoadedModel, ServeOptions, serve};
 use envace::store::{Batch, EvalRow, EvalTaskRow, Store};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -227,6 +227,21 @@ fn client(url: &str, model: &str) -> Result<ChatClient> {
         max_retries: 2,
         max_concurrency: 8,
     })?)
+}
+
+/// Asks `client` for one token before any task runs, so that an endpoint that is down or is not
+/// an OpenAI-compatible server (an HTML page, a body that is not JSON, an error status) stops the
+/// evaluation with what it answered, rather than scoring every task as unanswered. `flag` names
+/// the option that gave the URL.
+fn preflight(client: &ChatClient, flag: &str) -> Result<()> {
+    let mut ping = ChatRequest::new(vec![ChatMsg::user("Reply with one word: ready?")]);
+    ping.max_tokens = Some(1);
+    ping.temperature = Some(0.0);
+    client.complete(&ping).map(drop).map_err(|failure| {
+        anyhow::anyhow!(
+            "{flag} does not answer as an OpenAI-compatible endpoint, so no task was run: {failure}"
+        )
+    })
 }
 
 /// A benchmark's progress: a bar on a terminal, and with `--progress-json` one JSON line on
@@ -550,6 +565,18 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         run_at = Some((store, run, 0));
     }
     let agent_client = client(&url, &model_name)?;
+    if args.endpoint.is_some() {
+        preflight(&agent_client, "--endpoint")?;
+    }
+    for (flag, given, model) in [
+        ("--user-endpoint", &args.user_endpoint, &args.user_model),
+        ("--judge-endpoint", &args.judge_endpoint, &args.judge_model),
+    ] {
+        let conversations = !(tau2_suites.is_empty() && vita_suites.is_empty());
+        if let Some(given) = given.as_deref().filter(|g| conversations && *g != "self") {
+            preflight(&client(given, model)?, flag)?;
+        }
+    }
     let endpoint_or_self = |given: &str, model: &str| -> Result<ChatClient> {
         if given == "self" {
             client(&url, &model_name)

@@ -18,14 +18,16 @@
 //! ```
 //!
 //! `@` lines build binary inputs, in order: `copy smollm2 NAME` (the cached SmolLM2 GGUF),
-//! `copy repo:PATH NAME`, `tiny-hf DIR` (a tiny Llama saved as a Hugging Face folder), `store
-//! NAME` (a run store of this build's schema holding one run),
-//! `truncate NAME BYTES`, `patch NAME OFFSET HEX`, `delete NAME`, `replace NAME OLD NEW` (the
-//! first occurrence of the text OLD), `gguf-tensor NAME TENSOR type
-//! N` / `gguf-tensor NAME TENSOR dim I N` (a tensor's type or one of its dimensions in a GGUF
-//! header). The command runs in the case's folder, so paths in it and in its errors are relative.
-//! `{dir}` in a command or an expected line is that folder, `{home}` its `ENVACE_HOME`, `{shared}` the benchmark data beside
-//! the checkout (`../shared/benchmarks`).
+//! `copy repo:PATH NAME`, `tiny-hf DIR` (a tiny Llama saved as a Hugging Face folder),
+//! `store NAME` (a run store of this build's schema holding one run), `truncate NAME BYTES`,
+//! `patch NAME OFFSET HEX`, `delete NAME`, `replace NAME OLD NEW` (the first occurrence of the
+//! text OLD), `gguf-tensor NAME TENSOR type N` / `gguf-tensor NAME TENSOR dim I N` (a tensor's
+//! type or one of its dimensions in a GGUF header), `http-server KIND` (a loopback server
+//! answering every request with an HTML page (`html`), a cut-off JSON body (`invalid-json`), no
+//! choices (`no-choices`) or a 404 (`not-found`)). The command runs in the case's folder, so
+//! paths in it and in its errors are relative. In a command or an expected line, `{dir}` is that
+//! folder, `{home}` its `ENVACE_HOME`, `{server}` the `/v1` URL of its HTTP server and
+//! `{shared}` the benchmark data beside the checkout (`../shared/benchmarks`).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -127,8 +129,62 @@ fn split_words(text: &str) -> Vec<String> {
     words
 }
 
-/// Builds the case's inputs in `dir`.
-fn build(case: &Case, dir: &Path) -> Result<(), String> {
+/// A loopback HTTP server that answers every request as `kind` says (an endpoint that is not
+/// what it claims); returns its `/v1` URL. It lives as long as the test process.
+fn bad_server(kind: &str) -> Result<String, String> {
+    let (status, content_type, body) = match kind {
+        "html" => (
+            "200 OK",
+            "text/html",
+            "<html><body>502 Bad Gateway</body></html>",
+        ),
+        "invalid-json" => (
+            "200 OK",
+            "application/json",
+            "{\"choices\": [{\"message\": ",
+        ),
+        "no-choices" => ("200 OK", "application/json", "{\"choices\": []}"),
+        "not-found" => (
+            "404 Not Found",
+            "application/json",
+            "{\"error\": {\"message\": \"no such route\"}}",
+        ),
+        other => return Err(format!("unknown http-server kind {other:?}")),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            // The request's head, then as many body bytes as it announced.
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0
+                    || line == "\r\n"
+                {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0u8; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = std::io::Write::write_all(&mut stream, response.as_bytes());
+        }
+    });
+    Ok(url)
+}
+
+/// Builds the case's inputs in `dir`; returns the URL of its HTTP server, if it has one.
+fn build(case: &Case, dir: &Path) -> Result<Option<String>, String> {
+    let mut server = None;
     for action in &case.actions {
         let step = match action {
             Action::File(name, body) => {
@@ -167,6 +223,7 @@ fn build(case: &Case, dir: &Path) -> Result<(), String> {
                 fs::set_permissions(&to, fs::Permissions::from_mode(0o644)).unwrap();
             }
             "tiny-hf" => tiny_hf_folder(&path(1)?),
+            "http-server" => server = Some(bad_server(at(1)?)?),
             "store" => {
                 // A store of this build's schema with one run (quickstart's config).
                 let store = envace::store::Store::open(&path(1)?).map_err(|e| e.to_string())?;
@@ -224,7 +281,7 @@ fn build(case: &Case, dir: &Path) -> Result<(), String> {
             other => return Err(format!("unknown step {other:?}")),
         }
     }
-    Ok(())
+    Ok(server)
 }
 
 /// The index of the value in a `gguf-tensor` step: `… type N` or `… dim I N`.
@@ -295,13 +352,14 @@ fn run_case(case: &Case) -> Result<(), String> {
     let home = tmp.path().join("home");
     fs::create_dir_all(&dir).unwrap();
     fs::create_dir_all(&home).unwrap();
-    build(case, &dir)?;
+    let server = build(case, &dir)?.unwrap_or_default();
     let before = snapshot(&dir);
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/benchmarks");
     let fill = |s: &str| {
         s.replace("{dir}", &dir.display().to_string())
             .replace("{shared}", &shared.display().to_string())
             .replace("{home}", &home.display().to_string())
+            .replace("{server}", &server)
     };
     let args: Vec<String> = case.command.iter().map(|a| fill(a)).collect();
     let mut child = Command::new(env!("CARGO_BIN_EXE_envace"))

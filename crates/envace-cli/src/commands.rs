@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             dequantize,
             device,
             adapter,
+            api_key_env,
         } => crate::serve_commands::serve_model(crate::serve_commands::ServeArgs {
             model: model.as_deref(),
             run: run.as_deref(),
@@ -71,6 +72,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             dequantize,
             device,
             adapter: adapter.as_deref(),
+            api_key_env: api_key_env.as_deref(),
         }),
     }
 }

@@ -111,7 +111,7 @@ enum Command {
         #[arg(long, value_name = "RUN")]
         run: Option<String>,
         /// Address to listen on, e.g. 127.0.0.1:8000 (port 0 picks a free port). An address
-        /// beyond loopback serves the network without authentication.
+        /// beyond loopback serves the network and needs --api-key-env.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8000", value_parser = serve_commands::parse_addr)]
         addr: SocketAddr,
         /// Most requests generated together in one batch.
@@ -133,6 +133,11 @@ enum Command {
         /// best one otherwise: a discrete GPU before an integrated one, a CPU adapter last).
         #[arg(long, value_name = "NAME")]
         adapter: Option<String>,
+        /// The name of an environment variable holding an API key: requests must then send
+        /// `Authorization: Bearer KEY` (all but /health; 401 otherwise). Needed to listen
+        /// beyond loopback.
+        #[arg(long, value_name = "NAME")]
+        api_key_env: Option<String>,
     },
 }
 

@@ -67,6 +67,7 @@ pub struct ServeArgs<'a> {
     pub dequantize: bool,
     pub device: ServeDevice,
     pub adapter: Option<&'a str>,
+    pub api_key_env: Option<&'a str>,
 }
 
 pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
@@ -80,9 +81,26 @@ pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
         dequantize,
         device,
         adapter,
+        api_key_env,
     } = args;
     if adapter.is_some() && device != ServeDevice::Wgpu {
         bail!("--adapter picks a wgpu adapter: pass it with --device wgpu");
+    }
+    // Both refused before minutes of loading.
+    let api_key = match api_key_env {
+        Some(name) => match std::env::var(name) {
+            Ok(key) if !key.is_empty() => Some(key),
+            _ => bail!(
+                "--api-key-env {name}: the environment variable {name} is not set (or empty); put the key in it"
+            ),
+        },
+        None => None,
+    };
+    if !addr.ip().is_loopback() && api_key.is_none() {
+        bail!(
+            "--addr {addr} serves beyond this machine, where anyone who reaches it could use the model: \
+             give an API key with --api-key-env NAME (the key in that environment variable), or listen on 127.0.0.1"
+        );
     }
     let start = Instant::now();
     // The adapter opens first: a missing one is refused before minutes of loading.
@@ -128,6 +146,7 @@ pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
     let options = ServeOptions {
         max_batch: max_batch as usize,
         default_max_tokens: default_max_tokens as usize,
+        api_key,
         ..ServeOptions::default()
     };
     let server = serve(loaded, addr, &options)?;
@@ -152,6 +171,9 @@ pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
         url = server.url(),
         addr = server.local_addr(),
     );
+    if let Some(name) = api_key_env {
+        eprintln!("requests need the key in ${name}: Authorization: Bearer KEY (all but /health)");
+    }
     server.wait();
     eprintln!("stopped");
     Ok(ExitCode::SUCCESS)

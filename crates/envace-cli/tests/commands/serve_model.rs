@@ -177,6 +177,26 @@ fn serve_model_refuses_bad_arguments_with_a_clear_message() {
     let (code, stderr) = run(&["serve-model"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--model <PATH>"), "{stderr}");
+    // Beyond loopback without a key, or a key variable that is not set: refused before the
+    // model (missing here) is looked at.
+    let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--addr", "0.0.0.0:8000"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: --addr 0.0.0.0:8000 serves beyond this machine, where anyone who reaches it could use the model: give an API key with --api-key-env NAME"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        "serve-model",
+        "--model",
+        "x.gguf",
+        "--api-key-env",
+        "ENVACE_TEST_KEY_NOBODY_SETS",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: --api-key-env ENVACE_TEST_KEY_NOBODY_SETS: the environment variable ENVACE_TEST_KEY_NOBODY_SETS is not set"),
+        "{stderr}"
+    );
     let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--adapter", "llvmpipe"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(

@@ -2,7 +2,9 @@
 //! trained checkpoint can play the judge, the external simulator, or be evaluated by any tool
 //! that speaks the chat-completions API.
 //!
-//! Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`.
+//! Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`. With an API key
+//! (`ServeOptions::api_key`) every route but `/health` needs `Authorization: Bearer KEY` and
+//! answers 401 without it; an address beyond loopback is refused without one.
 //!
 //! - The conversation is rendered with the model's own chat template. A template that knows
 //!   tools receives the tools and the tool calls as Hugging Face passes them; a template that
@@ -80,6 +82,9 @@ pub struct ServeOptions {
     pub batch_window: Duration,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The key a request must send as `Authorization: Bearer KEY` (every route but `/health`);
+    /// without one the server answers anyone, and may only listen on loopback.
+    pub api_key: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -89,6 +94,7 @@ impl Default for ServeOptions {
             default_max_tokens: 512,
             batch_window: Duration::from_millis(5),
             max_body_bytes: 16 << 20,
+            api_key: None,
         }
     }
 }
@@ -221,10 +227,25 @@ struct State {
     counters: Arc<Counters>,
 }
 
-/// Serves `model` at `addr` (port 0 picks a free one) until shut down. Binding an address that
-/// is not loopback serves the network: the endpoint has no authentication.
+/// Serves `model` at `addr` (port 0 picks a free one) until shut down. An address that is not
+/// loopback serves the network, and is refused unless `options` has an API key.
 pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Result<ModelServer> {
     let what = format!("address {addr}");
+    if !addr.ip().is_loopback() && options.api_key.is_none() {
+        return Err(Error::Serve {
+            what,
+            message: "serving beyond this machine needs an API key, or anyone who reaches it can \
+                      use the model: give one (`--api-key-env NAME`, the key in that environment \
+                      variable), or listen on 127.0.0.1"
+                .to_owned(),
+        });
+    }
+    if options.api_key.as_deref().is_some_and(str::is_empty) {
+        return Err(Error::Serve {
+            what,
+            message: "the API key is empty".to_owned(),
+        });
+    }
     if options.max_batch == 0 {
         return Err(Error::Serve {
             what: "max_batch".to_owned(),
@@ -243,9 +264,6 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
         what: what.clone(),
         message: err.to_string(),
     })?;
-    if !local.ip().is_loopback() {
-        tracing::warn!(%local, "serving beyond this machine: the endpoint has no authentication");
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -357,9 +375,44 @@ fn json_response(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     response
 }
 
+/// Whether `req` carries the server's API key (always, when it has none).
+fn authorised(state: &State, req: &Request<Incoming>) -> bool {
+    let Some(key) = &state.options.api_key else {
+        return true;
+    };
+    let sent = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compared in time that does not depend on where the first difference lies.
+    sent.len() == key.len()
+        && sent
+            .bytes()
+            .zip(key.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 async fn route(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
+    if path != "/health" && !authorised(state, &req) {
+        let mut response = ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "this server needs an API key: send it as `Authorization: Bearer KEY`"
+                .to_owned(),
+            kind: "invalid_request_error",
+            param: None,
+        }
+        .response();
+        response.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+        return response;
+    }
     match (path.as_str(), method) {
         ("/health", Method::GET) => {
             let stats = state.counters.snapshot();

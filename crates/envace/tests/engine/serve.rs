@@ -633,3 +633,70 @@ fn a_template_that_knows_tools_renders_them_itself() {
     assert!((1..=4).contains(&reply.completion_tokens), "{reply:?}");
     server.shutdown();
 }
+
+#[test]
+fn an_api_key_guards_every_route_but_health_and_lets_the_server_leave_loopback() {
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let folder = tmp.path().join("tiny");
+    tiny_hf_folder(&folder);
+    let load = || LoadedModel::from_path(&folder).expect("the tiny folder loads");
+    let everywhere: SocketAddr = "0.0.0.0:0".parse().expect("an address");
+    let Err(refused) = serve(load(), everywhere, &ServeOptions::default()) else {
+        panic!("beyond loopback without a key is refused");
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("serving beyond this machine needs an API key"),
+        "{refused}"
+    );
+    let options = ServeOptions {
+        api_key: Some("s3cret-key".to_owned()),
+        ..ServeOptions::default()
+    };
+    let server = serve(load(), everywhere, &options).expect("with a key it listens everywhere");
+    let base = format!("http://127.0.0.1:{}", server.local_addr().port());
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build(),
+    );
+    let call = |path: &str, key: Option<&str>| -> (u16, String) {
+        let url = format!("{base}{path}");
+        let response = if path.ends_with("completions") {
+            let mut request = agent.post(&url).header("Content-Type", "application/json");
+            if let Some(key) = key {
+                request = request.header("Authorization", &format!("Bearer {key}"));
+            }
+            request.send(r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#)
+        } else {
+            let mut request = agent.get(&url);
+            if let Some(key) = key {
+                request = request.header("Authorization", &format!("Bearer {key}"));
+            }
+            request.call()
+        }
+        .expect("the server answers");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.into_body().read_to_string().expect("a body"),
+        )
+    };
+    assert_eq!(call("/health", None).0, 200, "health needs no key");
+    for path in ["/v1/models", "/v1/chat/completions"] {
+        for key in [None, Some("wrong"), Some("s3cret-ke"), Some("s3cret-key2")] {
+            let (status, body) = call(path, key);
+            assert_eq!(status, 401, "{path} with {key:?}: {body}");
+            let error: Value = serde_json::from_str(&body).expect("an OpenAI-style error");
+            assert_eq!(
+                error["error"]["message"],
+                "this server needs an API key: send it as `Authorization: Bearer KEY`"
+            );
+        }
+        let (status, body) = call(path, Some("s3cret-key"));
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+    server.shutdown();
+}

@@ -296,7 +296,21 @@ pub fn serve_http(addr: SocketAddr, factory: &EnvFactory) -> Result<HttpServer> 
                     _ = &mut stopped => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
-                        let service = hyper_util::service::TowerToHyperService::new(service.clone());
+                        let mcp = service.clone();
+                        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                            let mcp = mcp.clone();
+                            async move {
+                                let ends_session = request.method() == hyper::Method::DELETE;
+                                let mut response = mcp.handle(request).await;
+                                // rmcp answers a session's DELETE with 202; the MCP clients
+                                // (the Python SDK's among them) take 200 or 204 as "ended" and
+                                // log anything else as a failed termination.
+                                if ends_session && response.status() == hyper::StatusCode::ACCEPTED {
+                                    *response.status_mut() = hyper::StatusCode::OK;
+                                }
+                                Ok::<_, std::convert::Infallible>(response)
+                            }
+                        });
                         tokio::spawn(async move {
                             let io = hyper_util::rt::TokioIo::new(stream);
                             let _ = hyper::server::conn::http1::Builder::new()

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)] // Test code may unwrap: a panic here is the test failing.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use envace::chat::ToolCall;
 use envace::config::{Domain, TaskSplit};
@@ -306,6 +306,60 @@ fn only_loopback_addresses_are_served() {
     );
 }
 
+/// A session ended by the client with `DELETE /mcp` gets 200 (what MCP clients, the Python SDK's
+/// among them, take as ended) and is gone afterwards; a DELETE without a session id is refused.
+fn a_deleted_session_ends_with_200() {
+    let factory = domain_factory(Domain::Functions, None).unwrap();
+    let server = serve_http("127.0.0.1:0".parse().unwrap(), &factory).unwrap();
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build(),
+    );
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "envace-test", "version": "0"}}
+    });
+    let post = |body: &serde_json::Value, session: Option<&str>| {
+        let mut request = agent
+            .post(&server.url())
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2025-06-18");
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        request.send(body.to_string()).unwrap()
+    };
+    let opened = post(&initialize, None);
+    assert_eq!(opened.status().as_u16(), 200);
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("the server names the session")
+        .to_owned();
+    let delete = |session: Option<&str>| {
+        let mut request = agent
+            .delete(&server.url())
+            .header("MCP-Protocol-Version", "2025-06-18");
+        if let Some(session) = session {
+            request = request.header("Mcp-Session-Id", session);
+        }
+        request.call().unwrap().status().as_u16()
+    };
+    assert_eq!(delete(Some(&session)), 200, "the session ends");
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    assert_eq!(
+        post(&list, Some(&session)).status().as_u16(),
+        404,
+        "the ended session is gone"
+    );
+    assert!(delete(None) >= 400, "a DELETE names its session");
+}
+
 fn an_unreachable_server_is_an_error_naming_it() {
     let options = McpOptions {
         connect_timeout_secs: 2.0,
@@ -410,6 +464,10 @@ fn main() {
         (
             "an_unreachable_server_is_an_error_naming_it",
             Box::new(an_unreachable_server_is_an_error_naming_it),
+        ),
+        (
+            "a_deleted_session_ends_with_200",
+            Box::new(a_deleted_session_ends_with_200),
         ),
         (
             "only_loopback_addresses_are_served",

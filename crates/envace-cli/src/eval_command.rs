@@ -568,11 +568,11 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
     if args.endpoint.is_some() {
         preflight(&agent_client, "--endpoint")?;
     }
+    let conversations = !(tau2_suites.is_empty() && vita_suites.is_empty());
     for (flag, given, model) in [
         ("--user-endpoint", &args.user_endpoint, &args.user_model),
         ("--judge-endpoint", &args.judge_endpoint, &args.judge_model),
     ] {
-        let conversations = !(tau2_suites.is_empty() && vita_suites.is_empty());
         if let Some(given) = given.as_deref().filter(|g| conversations && *g != "self") {
             preflight(&client(given, model)?, flag)?;
         }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use envace::serve::{LoadedModel, ServeOptions, serve};
+use envace::serve::{LoadedModel, ServeOptions, check_access, serve};
 use envace::store::{self, Store};
 
 use crate::ServeDevice;
@@ -96,12 +96,13 @@ pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
         },
         None => None,
     };
-    if !addr.ip().is_loopback() && api_key.is_none() {
-        bail!(
-            "--addr {addr} serves beyond this machine, where anyone who reaches it could use the model: \
-             give an API key with --api-key-env NAME (the key in that environment variable), or listen on 127.0.0.1"
-        );
-    }
+    let options = ServeOptions {
+        max_batch: max_batch as usize,
+        default_max_tokens: default_max_tokens as usize,
+        api_key,
+        ..ServeOptions::default()
+    };
+    check_access(addr, &options)?;
     let start = Instant::now();
     // The adapter opens first: a missing one is refused before minutes of loading.
     let gpu = match device {
@@ -143,12 +144,6 @@ pub fn serve_model(args: ServeArgs<'_>) -> Result<ExitCode> {
     };
     let name = loaded.name().to_owned();
     let weights = loaded.weights();
-    let options = ServeOptions {
-        max_batch: max_batch as usize,
-        default_max_tokens: default_max_tokens as usize,
-        api_key,
-        ..ServeOptions::default()
-    };
     let server = serve(loaded, addr, &options)?;
     let stopper = server.stopper();
     let interrupted = AtomicBool::new(false);

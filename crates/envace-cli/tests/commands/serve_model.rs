@@ -182,7 +182,7 @@ fn serve_model_refuses_bad_arguments_with_a_clear_message() {
     let (code, stderr) = run(&["serve-model", "--model", "x.gguf", "--addr", "0.0.0.0:8000"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("error: --addr 0.0.0.0:8000 serves beyond this machine, where anyone who reaches it could use the model: give an API key with --api-key-env NAME"),
+        stderr.contains("error: address 0.0.0.0:8000: serving beyond this machine needs an API key, or anyone who reaches it can use the model: give one (`--api-key-env NAME`"),
         "{stderr}"
     );
     let (code, stderr) = run(&[

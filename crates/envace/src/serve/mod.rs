@@ -227,9 +227,9 @@ struct State {
     counters: Arc<Counters>,
 }
 
-/// Serves `model` at `addr` (port 0 picks a free one) until shut down. An address that is not
-/// loopback serves the network, and is refused unless `options` has an API key.
-pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Result<ModelServer> {
+/// Refuses an address beyond loopback without an API key (anyone who reaches it could use the
+/// model), and an empty key: what [`serve`] checks first, for callers that check before loading.
+pub fn check_access(addr: SocketAddr, options: &ServeOptions) -> Result<()> {
     let what = format!("address {addr}");
     if !addr.ip().is_loopback() && options.api_key.is_none() {
         return Err(Error::Serve {
@@ -246,6 +246,14 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
             message: "the API key is empty".to_owned(),
         });
     }
+    Ok(())
+}
+
+/// Serves `model` at `addr` (port 0 picks a free one) until shut down. An address that is not
+/// loopback serves the network, and is refused unless `options` has an API key.
+pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Result<ModelServer> {
+    let what = format!("address {addr}");
+    check_access(addr, options)?;
     if options.max_batch == 0 {
         return Err(Error::Serve {
             what: "max_batch".to_owned(),

@@ -170,6 +170,31 @@ fn ensure_assets() -> Result<()> {
             "install the MCP server @modelcontextprotocol/server-everything from npm",
         )?;
     }
+
+    // The official OpenAI Python client, which a test streams replies from `serve-model` with.
+    let python = cache.join("python");
+    if !python.join("openai/__init__.py").exists() {
+        let tmp = tempdir(&cache, "python")?;
+        run(
+            Command::new("python3")
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-warn-script-location",
+                    "--root-user-action=ignore",
+                    "--target",
+                ])
+                .arg(&tmp)
+                .arg("openai==3.63.0"),
+            "install the official openai Python client from PyPI",
+        )?;
+        let _ = std::fs::remove_dir_all(&python);
+        std::fs::rename(&tmp, &python)
+            .with_context(|| format!("cannot move {} into place", python.display()))?;
+    }
     Ok(())
 }
 

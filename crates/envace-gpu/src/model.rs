@@ -573,6 +573,26 @@ impl GpuModel {
         stop_tokens: &[u32],
         sampling: &Sampling,
     ) -> Result<Vec<Generation>, Error> {
+        self.generate_streaming(
+            prompts,
+            max_new_tokens,
+            stop_tokens,
+            sampling,
+            &mut |_, _| {},
+        )
+    }
+
+    /// [`GpuModel::generate`], handing each new token to `on_token(row, token)` as soon as
+    /// it is read back (a streaming server's hook); the tokens passed are exactly those
+    /// returned.
+    pub fn generate_streaming(
+        &self,
+        prompts: &[Vec<u32>],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+        sampling: &Sampling,
+        on_token: &mut dyn FnMut(usize, u32),
+    ) -> Result<Vec<Generation>, Error> {
         let mut out = vec![(Vec::new(), Vec::new()); prompts.len()];
         if prompts.is_empty() || max_new_tokens == 0 {
             return Ok(out);
@@ -596,6 +616,7 @@ impl GpuModel {
                 if !done[row] {
                     out[row].0.push(token);
                     out[row].1.push(logprob);
+                    on_token(row, token);
                     done[row] = stop_tokens.contains(&token);
                 }
             }

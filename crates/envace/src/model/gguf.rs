@@ -579,6 +579,27 @@ impl QuantizedLlama {
         sampling: &Sampling,
         row: u64,
     ) -> Result<Generated> {
+        self.generate_streaming(
+            prompt,
+            max_new_tokens,
+            stop_tokens,
+            sampling,
+            row,
+            &mut |_| {},
+        )
+    }
+
+    /// [`QuantizedLlama::generate`], handing each new token to `on_token` as soon as it is
+    /// picked (a streaming server's hook); the tokens passed are exactly those returned.
+    pub fn generate_streaming(
+        &mut self,
+        prompt: &[u32],
+        max_new_tokens: usize,
+        stop_tokens: &[u32],
+        sampling: &Sampling,
+        row: u64,
+        on_token: &mut (dyn FnMut(u32) + Send),
+    ) -> Result<Generated> {
         if prompt.is_empty() {
             return Err(Error::Data {
                 source_name: "quantized generate".to_owned(),
@@ -629,6 +650,7 @@ impl QuantizedLlama {
                 let (token, logprob) = sampling.pick(&logits, &mut rng);
                 out.tokens.push(token);
                 out.logprobs.push(logprob);
+                on_token(token);
                 if out.tokens.len() == max_new_tokens || stop_tokens.contains(&token) {
                     return Ok(out);
                 }

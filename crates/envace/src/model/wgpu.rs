@@ -98,6 +98,25 @@ pub fn generate(
     stop_tokens: &[u32],
     sampling: &Sampling,
 ) -> Result<Vec<Generated>> {
+    generate_streaming(
+        model,
+        prompts,
+        max_new_tokens,
+        stop_tokens,
+        sampling,
+        &mut |_, _| {},
+    )
+}
+
+/// [`generate`], handing each new token to `on_token(row, token)` as soon as it is read back.
+pub fn generate_streaming(
+    model: &GpuModel,
+    prompts: &[Vec<u32>],
+    max_new_tokens: usize,
+    stop_tokens: &[u32],
+    sampling: &Sampling,
+    on_token: &mut (dyn FnMut(usize, u32) + Send),
+) -> Result<Vec<Generated>> {
     super::check_prompts(prompts)?;
     let top_k = u32::try_from(sampling.top_k).unwrap_or(u32::MAX);
     let settings = envace_gpu::Sampling {
@@ -107,7 +126,7 @@ pub fn generate(
         seed: sampling.seed,
     };
     let out = model
-        .generate(prompts, max_new_tokens, stop_tokens, &settings)
+        .generate_streaming(prompts, max_new_tokens, stop_tokens, &settings, on_token)
         .map_err(wgpu_error("generating"))?;
     Ok(out
         .into_iter()

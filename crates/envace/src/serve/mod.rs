@@ -25,9 +25,11 @@
 //!
 //! Files: `model.rs` loads what is served, `worker.rs` decodes queued jobs, `request.rs` checks
 //! a request and renders its prompt, `reply.rs` splits the generated text into the reply's
-//! parts; this file holds the server's lifecycle and routes.
+//! parts, `stream.rs` sends a reply as events; this file holds the server's lifecycle and routes.
+//! - `stream: true` answers with server-sent events (`chat.completion.chunk` objects, then
+//!   `data: [DONE]`): content as it is generated, tool calls whole at the end (`stream.rs`).
 //! - Bad requests get a 400 with an OpenAI-style `{"error": {"message", "type", "param"}}`
-//!   naming the field. Not supported, with a 400 that says so: `n` other than 1, `stream: true`,
+//!   naming the field. Not supported, with a 400 that says so: `n` other than 1,
 //!   `logprobs: true`, `tool_choice` other than `"auto"` / `"none"`. `response_format` is
 //!   accepted and not enforced. Unknown fields are ignored, as vLLM does.
 
@@ -38,6 +40,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -52,11 +55,16 @@ use crate::tokenize::{self, Tokenizer};
 pub use model::LoadedModel;
 use reply::finish_turn;
 use request::{ApiError, parse_chat_call, render_prompt};
+use stream::{EventBody, StreamedCall, stream_reply};
 use worker::{Job, run_worker};
+
+/// The body of every response: one JSON document, or a stream of server-sent events.
+type ServeBody = UnsyncBoxBody<Bytes, Infallible>;
 
 mod model;
 mod reply;
 mod request;
+mod stream;
 
 /// OpenAI-format `messages` (a JSON array) as chat messages, read as the server reads a request:
 /// field by field, `developer` as `system`, a call's arguments as a JSON text or an object. An
@@ -403,7 +411,36 @@ fn authorised(state: &State, req: &Request<Incoming>) -> bool {
             == 0
 }
 
-async fn route(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route(state: &Arc<State>, req: Request<Incoming>) -> Response<ServeBody> {
+    if req.uri().path().trim_end_matches('/') == "/v1/chat/completions"
+        && req.method() == Method::POST
+        && authorised(state, &req)
+    {
+        return match chat_completion(state, req).await {
+            Ok(Answer::Whole(value)) => {
+                json_response(StatusCode::OK, &value).map(BodyExt::boxed_unsync)
+            }
+            Ok(Answer::Events(body)) => {
+                let mut response = Response::new(body.boxed_unsync());
+                let headers = response.headers_mut();
+                headers.insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("text/event-stream"),
+                );
+                headers.insert(
+                    hyper::header::CACHE_CONTROL,
+                    hyper::header::HeaderValue::from_static("no-cache"),
+                );
+                response
+            }
+            Err(err) => err.response().map(BodyExt::boxed_unsync),
+        };
+    }
+    route_other(state, req).await.map(BodyExt::boxed_unsync)
+}
+
+/// Every route but a chat completion, with its one JSON answer.
+async fn route_other(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path().trim_end_matches('/').to_owned();
     let method = req.method().clone();
     if path != "/health" && !authorised(state, &req) {
@@ -438,10 +475,6 @@ async fn route(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
                 "owned_by": "envace",
             }]}),
         ),
-        ("/v1/chat/completions", Method::POST) => match chat_completion(state, req).await {
-            Ok(value) => json_response(StatusCode::OK, &value),
-            Err(err) => err.response(),
-        },
         ("/health" | "/v1/models" | "/v1/chat/completions", method) => ApiError {
             status: StatusCode::METHOD_NOT_ALLOWED,
             message: format!("{method} is not allowed on {path}"),
@@ -461,10 +494,16 @@ async fn route(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
     }
 }
 
+/// A chat completion's answer: one JSON reply, or (`stream: true`) events as they come.
+enum Answer {
+    Whole(Value),
+    Events(EventBody),
+}
+
 async fn chat_completion(
-    state: &State,
+    state: &Arc<State>,
     req: Request<Incoming>,
-) -> std::result::Result<Value, ApiError> {
+) -> std::result::Result<Answer, ApiError> {
     let limit = state.options.max_body_bytes;
     let bytes = match Limited::new(req.into_body(), limit).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -521,6 +560,34 @@ async fn chat_completion(
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
     let n_prompt = prompt.len();
+    if call.stream {
+        let (token_tx, tokens) = tokio::sync::mpsc::unbounded_channel();
+        state
+            .jobs
+            .send(Job {
+                prompt,
+                max_new_tokens,
+                sampling,
+                reply,
+                tokens: Some(token_tx),
+            })
+            .map_err(|_| worker_gone())?;
+        let (out, events) = tokio::sync::mpsc::unbounded_channel();
+        let streamed = StreamedCall {
+            n_prompt,
+            max_new_tokens,
+            stop: call.stop,
+            include_usage: call.include_usage,
+        };
+        tokio::spawn(stream_reply(
+            Arc::clone(state),
+            streamed,
+            tokens,
+            answer,
+            out,
+        ));
+        return Ok(Answer::Events(EventBody(events)));
+    }
     state
         .jobs
         .send(Job {
@@ -528,6 +595,7 @@ async fn chat_completion(
             max_new_tokens,
             sampling,
             reply,
+            tokens: None,
         })
         .map_err(|_| worker_gone())?;
     let outcome = answer.await.map_err(|_| worker_gone())?;
@@ -565,7 +633,7 @@ async fn chat_completion(
         let calls = turn.tool_calls.iter().map(ToolCallOut::to_json).collect();
         message.insert("tool_calls".to_owned(), Value::Array(calls));
     }
-    Ok(json!({
+    Ok(Answer::Whole(json!({
         "id": format!("chatcmpl-{:016x}", fresh_u64()),
         "object": "chat.completion",
         "created": unix_secs(),
@@ -586,7 +654,7 @@ async fn chat_completion(
                 "rejected_prediction_tokens": 0,
             },
         },
-    }))
+    })))
 }
 
 fn worker_gone() -> ApiError {
@@ -672,14 +740,19 @@ mod tests {
     fn check_request(body: Value) -> String {
         match parse_chat_call(&body) {
             Ok(call) => format!(
-                "ok: {} messages, {} tools, t={} top_p={} max={:?} stop={:?} seed={:?}",
+                "ok: {} messages, {} tools, t={} top_p={} max={:?} stop={:?} seed={:?}{}",
                 call.messages.len(),
                 call.tools.len(),
                 call.temperature,
                 call.top_p,
                 call.max_tokens,
                 call.stop,
-                call.seed
+                call.seed,
+                if call.stream {
+                    format!(" stream=true usage={}", call.include_usage)
+                } else {
+                    String::new()
+                }
             ),
             Err(err) => format!("{} {:?}: {}", err.status.as_u16(), err.param, err.message),
         }
@@ -707,6 +780,11 @@ mod tests {
             check_request(json!({"messages": user, "max_tokens": 0})),
             check_request(json!({"messages": user, "n": 2})),
             check_request(json!({"messages": user, "stream": true})),
+            check_request(json!({"messages": user, "stream": "yes"})),
+            check_request(json!({"messages": user, "stream_options": {"include_usage": true}})),
+            check_request(
+                json!({"messages": user, "stream": true, "stream_options": {"include_usage": 1}}),
+            ),
             check_request(json!({"messages": user, "stop": [1]})),
             check_request(
                 json!({"messages": user, "tools": [{"type": "function", "function": {"description": "x"}}]}),
@@ -729,7 +807,10 @@ mod tests {
             400 Some("temperature"): must be a number from 0 to 2, not 3
             400 Some("max_tokens"): must be a whole number of at least 1, not 0
             400 Some("n"): n = 2 is not supported; this server returns one choice (n = 1)
-            400 Some("stream"): streaming is not supported; send stream: false (or leave it out) for one JSON reply
+            ok: 1 messages, 0 tools, t=1 top_p=1 max=None stop=[] seed=None stream=true usage=false
+            400 Some("stream"): must be true or false, not "yes"
+            400 Some("stream_options"): stream_options are only allowed with stream: true
+            400 Some("stream_options.include_usage"): must be true or false, not 1
             400 Some("stop[0]"): must be a string, not 1
             400 Some("tools[0].function.name"): must be a non-empty string
             400 Some("tool_choice"): "required" is not supported; use "auto" or "none"

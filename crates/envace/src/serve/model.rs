@@ -32,29 +32,42 @@ pub(super) enum Weights {
 
 impl Weights {
     /// Decodes `prompts` as [`Policy::generate`] does (row `r` draws from the stream of
-    /// `(seed, r)`).
+    /// `(seed, r)`), handing each new token to `on_token(row, token)` as it is picked.
     pub(super) fn generate(
         &mut self,
         prompts: &[Vec<u32>],
         max_new_tokens: usize,
         stop_tokens: &[u32],
         sampling: &Sampling,
+        on_token: &mut (dyn FnMut(usize, u32) + Send),
     ) -> Result<Vec<Generated>> {
         match self {
             Weights::Dense(policy) => {
-                policy.generate(prompts, max_new_tokens, stop_tokens, sampling)
+                policy.generate_streaming(prompts, max_new_tokens, stop_tokens, sampling, on_token)
             }
             Weights::Quantized(model) => prompts
                 .iter()
                 .enumerate()
                 .map(|(row, prompt)| {
-                    model.generate(prompt, max_new_tokens, stop_tokens, sampling, row as u64)
+                    model.generate_streaming(
+                        prompt,
+                        max_new_tokens,
+                        stop_tokens,
+                        sampling,
+                        row as u64,
+                        &mut |token| on_token(row, token),
+                    )
                 })
                 .collect(),
             #[cfg(feature = "wgpu")]
-            Weights::Gpu(model) => {
-                crate::model::wgpu::generate(model, prompts, max_new_tokens, stop_tokens, sampling)
-            }
+            Weights::Gpu(model) => crate::model::wgpu::generate_streaming(
+                model,
+                prompts,
+                max_new_tokens,
+                stop_tokens,
+                sampling,
+                on_token,
+            ),
         }
     }
 

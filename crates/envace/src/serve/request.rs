@@ -65,6 +65,10 @@ pub(super) struct ChatCall {
     pub(super) max_tokens: Option<usize>,
     pub(super) stop: Vec<String>,
     pub(super) seed: Option<u64>,
+    /// Answer with server-sent events, one chunk per piece of the reply.
+    pub(super) stream: bool,
+    /// With `stream`, a last chunk carries the token counts (`stream_options.include_usage`).
+    pub(super) include_usage: bool,
 }
 
 /// The prompt text of a request: the conversation through the chat template, tools folded
@@ -113,12 +117,41 @@ pub(super) fn parse_chat_call(body: &Value) -> std::result::Result<ChatCall, Api
             format!("n = {n} is not supported; this server returns one choice (n = 1)"),
         ));
     }
-    if body.get("stream").and_then(Value::as_bool) == Some(true) {
-        return Err(ApiError::invalid(
-            "stream",
-            "streaming is not supported; send stream: false (or leave it out) for one JSON reply",
-        ));
-    }
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(stream)) => *stream,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stream",
+                format!("must be true or false, not {other}"),
+            ));
+        }
+    };
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(_) if !stream => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "stream_options are only allowed with stream: true",
+            ));
+        }
+        Some(Value::Object(options)) => match options.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(include)) => *include,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "stream_options.include_usage",
+                    format!("must be true or false, not {other}"),
+                ));
+            }
+        },
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("must be an object, not {other}"),
+            ));
+        }
+    };
     if body.get("logprobs").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::invalid(
             "logprobs",
@@ -198,6 +231,8 @@ pub(super) fn parse_chat_call(body: &Value) -> std::result::Result<ChatCall, Api
         max_tokens,
         stop,
         seed,
+        stream,
+        include_usage,
     })
 }
 

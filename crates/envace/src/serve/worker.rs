@@ -16,6 +16,9 @@ pub(super) struct Job {
     pub(super) max_new_tokens: usize,
     pub(super) sampling: Sampling,
     pub(super) reply: tokio::sync::oneshot::Sender<std::result::Result<Generated, String>>,
+    /// Where each new token goes as soon as it is picked, for a streamed reply; the sender is
+    /// dropped once the job is answered.
+    pub(super) tokens: Option<tokio::sync::mpsc::UnboundedSender<u32>>,
 }
 
 impl Job {
@@ -90,10 +93,31 @@ pub(super) fn run_worker(
             queued = pending.len(),
             "generating"
         );
+        // Streamed rows get their tokens as they come, no more than their own request asked.
+        let mut streams: Vec<_> = batch
+            .iter()
+            .map(|job| (job.tokens.clone(), job.max_new_tokens))
+            .collect();
+        let mut on_token = |row: usize, token: u32| {
+            if let Some((Some(sender), room)) = streams.get_mut(row)
+                && *room > 0
+            {
+                *room -= 1;
+                // A client that went away is not an error; its tokens just go nowhere.
+                let _ = sender.send(token);
+            }
+        };
         // A panic inside the model fails this batch only; the server goes on.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            weights.generate(&prompts, max_new_tokens, stop_tokens, &sampling)
+            weights.generate(
+                &prompts,
+                max_new_tokens,
+                stop_tokens,
+                &sampling,
+                &mut on_token,
+            )
         }));
+        drop(streams);
         let results: Vec<std::result::Result<Generated, String>> = match outcome {
             Ok(Ok(generated)) => generated.into_iter().map(Ok).collect(),
             Ok(Err(err)) => vec![Err(err.to_string()); batch.len()],

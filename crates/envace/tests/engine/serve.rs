@@ -2,7 +2,8 @@
 //! installs), driven over real HTTP by the engine's own OpenAI client: a plain answer, a
 //! tool call whose reply has the shape of OpenAI's documented example, concurrent requests
 //! generated in one batch, 400s naming the bad field, the quantised weights it serves against
-//! the dequantised ones, and a server killed mid-request; then
+//! the dequantised ones, a server killed mid-request, streamed replies (read off the wire and
+//! through the official `openai` Python client, which `cargo xtask setup` installs); then
 //! a tiny model served from a Hugging Face folder and from a run's checkpoint, a tiny Qwen3
 //! whose own template renders the tools (SmolLM2's gets them folded into its turns), and the
 //! errors of loading.
@@ -252,7 +253,7 @@ fn bad_requests_get_a_400_that_names_the_field() {
     let cases = [
         (json!({"messages": user, "n": 3}).to_string(), Some("n")),
         (
-            json!({"messages": user, "stream": true}).to_string(),
+            json!({"messages": user, "stream": "yes"}).to_string(),
             Some("stream"),
         ),
         (
@@ -699,4 +700,202 @@ fn an_api_key_guards_every_route_but_health_and_lets_the_server_leave_loopback()
         assert_eq!(status, 200, "{path}: {body}");
     }
     server.shutdown();
+}
+
+/// The events of a streamed reply, read off the wire: each `data:` payload in order.
+fn stream_events(url: &str, body: &Value) -> (String, Vec<String>) {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build(),
+    );
+    let response = agent
+        .post(url)
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("the server answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let text = response
+        .into_body()
+        .read_to_string()
+        .expect("the body reads");
+    let events = text
+        .split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| {
+            event
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not a data event: {event:?}"))
+                .to_owned()
+        })
+        .collect();
+    (content_type, events)
+}
+
+#[test]
+fn a_streamed_reply_comes_in_pieces_that_add_up_to_the_whole_one() {
+    let server = shared();
+    let url = format!("{}/chat/completions", server.url());
+    let question = greedy(
+        vec![ChatMsg::user(
+            "What is the capital of France? Answer in one sentence.",
+        )],
+        24,
+    );
+    let whole = client(&server.url(), 120.0, 0)
+        .complete(&question)
+        .expect("the server answers");
+    let mut body = question.to_json("smollm2");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (content_type, events) = stream_events(&url, &body);
+    assert_eq!(content_type, "text/event-stream");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:#?}"
+    );
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("each event is JSON"))
+        .collect();
+    let ids: std::collections::BTreeSet<&str> =
+        chunks.iter().filter_map(|c| c["id"].as_str()).collect();
+    assert_eq!(ids.len(), 1, "one id for the whole reply");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let pieces: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .filter(|piece| !piece.is_empty())
+        .collect();
+    assert!(
+        pieces.len() >= 3,
+        "the content arrives as it is generated, not in one piece: {pieces:?}"
+    );
+    assert_eq!(pieces.concat(), whole.content);
+    let finish = &chunks[chunks.len() - 2]["choices"][0];
+    assert_eq!(finish["finish_reason"], whole.finish_reason.as_str());
+    assert_eq!(finish["delta"], json!({}));
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["prompt_tokens"], whole.prompt_tokens);
+    assert_eq!(usage["usage"]["completion_tokens"], whole.completion_tokens);
+
+    // A tool call arrives whole, in one delta, once the reply is done; no tag leaks as content.
+    let mut req = greedy(tool_conversation(), 40);
+    req.tools = vec![weather_tool()];
+    let mut body = req.to_json("smollm2");
+    body["stream"] = json!(true);
+    let (_, events) = stream_events(&url, &body);
+    let chunks: Vec<Value> = events
+        .iter()
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).expect("each event is JSON"))
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!content.contains("<tool"), "{content:?}");
+    let calls: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{chunks:#?}");
+    assert_eq!(calls[0]["index"], 0);
+    assert_eq!(calls[0]["type"], "function");
+    assert_eq!(calls[0]["function"]["name"], "get_weather");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"city":"London"}"#);
+    assert_eq!(
+        chunks.last().map(|c| &c["choices"][0]["finish_reason"]),
+        Some(&json!("tool_calls"))
+    );
+}
+
+#[test]
+fn the_official_openai_python_client_streams_replies() {
+    // The client is installed by `cargo xtask setup` into the cache; without Python at all the
+    // test cannot run, and says so.
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "SKIPPED the_official_openai_python_client_streams_replies: python3 is not on PATH"
+        );
+        return;
+    }
+    let package = model::cached_file("python/openai/__init__.py", "the openai Python package")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let site = package
+        .parent()
+        .and_then(Path::parent)
+        .expect("the package's folder");
+    let server = shared();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openai/stream_client.py");
+    let output = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(server.url())
+        .arg(server.model_name())
+        .arg(greedy(tool_conversation(), 40).to_json("smollm2")["messages"].to_string())
+        .arg(weather_tool().to_string())
+        .env("PYTHONPATH", site)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("the script prints JSON");
+    let plain = &seen["plain"];
+    assert_eq!(plain["roles"], json!(["assistant"]), "{seen:#}");
+    assert_eq!(plain["ids"], 1, "{seen:#}");
+    assert!(plain["content_chunks"].as_u64() >= Some(3), "{seen:#}");
+    assert_eq!(plain["content"], seen["whole"]["content"], "{seen:#}");
+    assert!(
+        plain["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("Paris")),
+        "{seen:#}"
+    );
+    assert_eq!(plain["finish_reason"], seen["whole"]["finish_reason"]);
+    let tool = &seen["tool"];
+    assert_eq!(tool["finish_reason"], "tool_calls", "{seen:#}");
+    assert_eq!(tool["calls"].as_array().map(Vec::len), Some(1), "{seen:#}");
+    assert_eq!(tool["calls"][0]["name"], "get_weather", "{seen:#}");
+    let arguments: Value = serde_json::from_str(
+        tool["calls"][0]["arguments"]
+            .as_str()
+            .expect("arguments are a string"),
+    )
+    .expect("arguments hold JSON");
+    assert_eq!(arguments["city"], "London", "{seen:#}");
+    assert!(
+        tool["calls"][0]["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")),
+        "{seen:#}"
+    );
+    assert!(
+        tool["usage"]["completion_tokens"].as_u64() > Some(0),
+        "{seen:#}"
+    );
+    assert_eq!(seen["bad_stream_param"], "stream", "{seen:#}");
 }

@@ -1,4 +1,5 @@
-//! `envace env call|replay` and `envace serve-env`: the built-in environments from a terminal.
+//! `envace env call|mcp|replay` and `envace serve-env`: the built-in environments and any MCP
+//! server from a terminal.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,7 +10,7 @@ use envace::config::Domain;
 use envace::env::tau2::eval::replay_gold;
 use envace::env::tau2::{Db, DomainKind, Tau2Domain};
 use envace::env::{Environment, render_outcome};
-use envace::mcp::{domain_factory, serve_http, serve_stdio};
+use envace::mcp::{McpEnvironment, McpOptions, McpServer, domain_factory, serve_http, serve_stdio};
 use serde_json::Value;
 
 use crate::commands::emit;
@@ -57,6 +58,47 @@ pub fn env_command(command: EnvCommand) -> Result<ExitCode> {
             let arguments: Value = serde_json::from_str(&args)
                 .with_context(|| format!("--args {args:?} is not JSON"))?;
             let mut env = domain_factory(domain(arg), data.as_deref())?.make();
+            let outcome = env.call(&tool, &arguments);
+            out!("{}", render_outcome(&outcome));
+            Ok(if outcome.is_failure() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        EnvCommand::Mcp {
+            call,
+            args,
+            url,
+            timeout,
+            attempts,
+            command,
+        } => {
+            let arguments: Value = serde_json::from_str(&args)
+                .with_context(|| format!("--args {args:?} is not JSON"))?;
+            let server = match (url, command.split_first()) {
+                (Some(url), _) => McpServer::Http { url },
+                (None, Some((program, rest))) => McpServer::Command {
+                    program: program.clone(),
+                    args: rest.to_vec(),
+                    env: Vec::new(),
+                },
+                (None, None) => bail!("give the server's command after `--`, or --url URL"),
+            };
+            let options = McpOptions {
+                connect_timeout_secs: timeout,
+                call_timeout_secs: timeout,
+                max_attempts: attempts,
+                ..McpOptions::default()
+            };
+            let mut env = McpEnvironment::connect(server, options)?;
+            let Some(tool) = call else {
+                for spec in env.tools() {
+                    let description = spec.description.lines().next().unwrap_or("");
+                    out!("{}\t{description}", spec.name);
+                }
+                return Ok(ExitCode::SUCCESS);
+            };
             let outcome = env.call(&tool, &arguments);
             out!("{}", render_outcome(&outcome));
             Ok(if outcome.is_failure() {

@@ -217,13 +217,23 @@ fn run_and_step(spec: &str) -> (&str, Option<u64>) {
     }
 }
 
-/// A client for a chat-completions endpoint.
-fn client(url: &str, model: &str) -> Result<ChatClient> {
+/// `--timeout SECS`: a positive, finite number of seconds.
+pub(crate) fn parse_timeout(text: &str) -> std::result::Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
+        _ => Err(format!(
+            "{text:?} is not a positive number of seconds, e.g. 600"
+        )),
+    }
+}
+
+/// A client for a chat-completions endpoint; each request may take `timeout_secs`.
+fn client(url: &str, model: &str, timeout_secs: f64) -> Result<ChatClient> {
     Ok(ChatClient::new(&EndpointConfig {
         url: url.to_owned(),
         model: model.to_owned(),
         api_key_env: None,
-        timeout_secs: 600.0,
+        timeout_secs,
         max_retries: 2,
         max_concurrency: 8,
     })?)
@@ -564,7 +574,7 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         );
         run_at = Some((store, run, 0));
     }
-    let agent_client = client(&url, &model_name)?;
+    let agent_client = client(&url, &model_name, args.timeout)?;
     if args.endpoint.is_some() {
         preflight(&agent_client, "--endpoint")?;
     }
@@ -574,14 +584,14 @@ pub fn evaluate(args: &EvalArgs, store_path: Option<&Path>) -> Result<ExitCode> 
         ("--judge-endpoint", &args.judge_endpoint, &args.judge_model),
     ] {
         if let Some(given) = given.as_deref().filter(|g| conversations && *g != "self") {
-            preflight(&client(given, model)?, flag)?;
+            preflight(&client(given, model, args.timeout)?, flag)?;
         }
     }
     let endpoint_or_self = |given: &str, model: &str| -> Result<ChatClient> {
         if given == "self" {
-            client(&url, &model_name)
+            client(&url, &model_name, args.timeout)
         } else {
-            client(given, model)
+            client(given, model, args.timeout)
         }
     };
     let options = RunOptions {

@@ -166,6 +166,36 @@ enum EnvCommand {
         #[arg(long, value_name = "DIR")]
         data: Option<PathBuf>,
     },
+    /// Connect to any MCP server as training and evaluation would (a command spoken to over its
+    /// stdin and stdout, given after `--`, or --url) and list its tools, one a line, or call one
+    /// with --call and print the response the agent would see.
+    Mcp {
+        /// Call this tool instead of listing the tools.
+        #[arg(long, value_name = "TOOL")]
+        call: Option<String>,
+        /// The arguments of --call, a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON", requires = "call")]
+        args: String,
+        /// A streamable-HTTP server's URL instead of a command, e.g. http://127.0.0.1:8931/mcp.
+        #[arg(
+            long,
+            value_name = "URL",
+            conflicts_with = "command",
+            required_unless_present = "command"
+        )]
+        url: Option<String>,
+        /// Seconds the server gets to connect (start, answer initialize and tools/list), and
+        /// then to answer the call.
+        #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = eval_command::parse_timeout)]
+        timeout: f64,
+        /// Attempts to connect, and of a call to a read-only tool (a state-changing call is
+        /// made once).
+        #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+        attempts: u32,
+        /// The server's command and its arguments, e.g. `-- npx -y @modelcontextprotocol/server-everything`.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// Replay a τ²-bench task's gold actions; print each response and the final state hash.
     Replay {
         /// The domain (retail or airline).
@@ -271,6 +301,11 @@ struct EvalArgs {
     /// Most tokens of a reply.
     #[arg(long, value_name = "N", default_value_t = 256)]
     max_tokens: u32,
+    /// Seconds each request to an endpoint (--endpoint, --user-endpoint, --judge-endpoint, and
+    /// the model served for --model or --run) may take, from sending it to the reply's last
+    /// byte; a request that runs out is tried twice more, then the endpoint is given up.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0, value_parser = eval_command::parse_timeout)]
+    timeout: f64,
     /// Also report progress as JSON lines on stderr, `{"bench": "bfcl:simple_python", "done":
     /// 3, "total": 50}`, for programs that drive `envace eval` (the studio does).
     #[arg(long)]
@@ -533,7 +568,10 @@ fn closed_pipe(err: &anyhow::Error) -> bool {
 
 fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // rmcp warns once per message it did not expect, so an MCP server that floods its
+        // stdout with notifications would flood stderr too; what a failed server said is in
+        // the engine's own error (`envace::mcp`), and -v shows rmcp's warnings again.
+        0 => "warn,rmcp=error",
         1 => "info",
         _ => "debug",
     };

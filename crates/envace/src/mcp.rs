@@ -23,6 +23,11 @@
 //! from then on: the rollout turns the episode into [`crate::env::EpisodeScore::Masked`] with the reason,
 //! never a zero reward.
 //!
+//! A server that does not answer `initialize` (it says nothing, writes lines that are not
+//! JSON-RPC, or floods a line longer than [`MAX_MESSAGE_BYTES`], which is dropped as it
+//! arrives rather than held) fails to connect when `connect_timeout_secs` runs out; the error
+//! names the step it was waiting for and what a spawned server wrote on its stdout instead.
+//!
 //! The remote state is opaque: [`McpEnvironment::state_hash`] hashes the calls made and the
 //! responses received, `reset` and `box_clone` open a new session (the server's initial state
 //! for servers that keep state per session), not a copy of the current state.
@@ -41,10 +46,11 @@ use rmcp::model::{
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RunningService};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{
-    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService,
-    TokioChildProcess,
+    StreamableHttpClientTransport, StreamableHttpServerConfig, StreamableHttpService, Transport,
 };
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceError, ServiceExt};
 use serde_json::{Map, Value};
@@ -418,26 +424,226 @@ fn duration(secs: f64) -> Duration {
     Duration::from_secs_f64(secs.max(0.001))
 }
 
-/// Connects once: spawns or reaches the server, initialises and lists the tools.
+/// Most bytes of one message (one line) a server spawned as a command may write: a longer line
+/// is dropped as it arrives, never held whole (rmcp's own limit, which is also its streamable
+/// HTTP client's cap on one event). A server that floods its stdout therefore costs the client
+/// at most this much memory, and a server that writes nothing but such lines, or lines that are
+/// not JSON-RPC, is one that never answers: the connect or call timeout ends the wait, and the
+/// error says what it wrote instead ([`StdoutLog`]).
+pub const MAX_MESSAGE_BYTES: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+/// Most characters of a server's first line quoted in an error.
+const FIRST_LINE_CHARS: usize = 60;
+
+/// What a server spawned as a command has written on its stdout, counted as it is read, so that
+/// a server that never answers `initialize` can be told apart from one that answers something
+/// else: nothing at all, lines that are not JSON-RPC (rmcp skips those), or lines longer than
+/// [`MAX_MESSAGE_BYTES`] (rmcp drops those).
+#[derive(Debug, Default)]
+struct StdoutLog {
+    bytes: u64,
+    /// Lines ended by a newline.
+    lines: u64,
+    /// The length of the line being read.
+    current: u64,
+    longest: u64,
+    /// The first line's first bytes.
+    first: Vec<u8>,
+    first_ended: bool,
+}
+
+impl StdoutLog {
+    fn see(&mut self, data: &[u8]) {
+        self.bytes += data.len() as u64;
+        for part in data.split_inclusive(|b| *b == b'\n') {
+            let ended = part.ends_with(b"\n");
+            let text = if ended { &part[..part.len() - 1] } else { part };
+            if !self.first_ended {
+                let room = (FIRST_LINE_CHARS * 4 + 4).saturating_sub(self.first.len());
+                self.first.extend_from_slice(&text[..text.len().min(room)]);
+                self.first_ended = ended;
+            }
+            self.current += text.len() as u64;
+            if ended {
+                self.lines += 1;
+                self.longest = self.longest.max(self.current);
+                self.current = 0;
+            }
+        }
+    }
+
+    /// What it wrote, for an error: `it wrote nothing on stdout`, or its lines and bytes, the
+    /// first line's start and the longest line when that was too long to be read.
+    fn summary(&self) -> String {
+        if self.bytes == 0 {
+            return "it wrote nothing on stdout".to_owned();
+        }
+        let lines = self.lines + u64::from(self.current > 0);
+        let longest = self.longest.max(self.current);
+        let plural = if lines == 1 { "line" } else { "lines" };
+        let mut text = format!("it wrote {lines} {plural} ({} bytes) on stdout", self.bytes);
+        if longest > MAX_MESSAGE_BYTES as u64 {
+            text.push_str(&format!(
+                ", the longest line {longest} bytes, over the {} MiB a message may have",
+                MAX_MESSAGE_BYTES / (1024 * 1024)
+            ));
+        } else {
+            let first = String::from_utf8_lossy(&self.first);
+            let first = first.trim();
+            let mut quoted: String = first.chars().take(FIRST_LINE_CHARS).collect();
+            if first.chars().count() > FIRST_LINE_CHARS {
+                quoted.push('…');
+            }
+            text.push_str(&format!(", the first: {quoted:?}"));
+        }
+        text
+    }
+}
+
+/// A server's stdout, counted into a [`StdoutLog`] as rmcp reads it.
+struct Watched<R> {
+    inner: R,
+    log: Arc<Mutex<StdoutLog>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            this.log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .see(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+/// The stdio transport of a server spawned as a command: rmcp's line transport over the child's
+/// stdin and (watched) stdout, owning the child, which is killed when the transport is dropped
+/// and given 2 s to exit on its closed stdin when the session ends.
+struct ChildTransport {
+    child: tokio::process::Child,
+    lines: AsyncRwTransport<
+        RoleClient,
+        Watched<tokio::process::ChildStdout>,
+        tokio::process::ChildStdin,
+    >,
+}
+
+impl ChildTransport {
+    fn spawn(
+        program: &str,
+        args: &[String],
+        env: &[(String, String)],
+        log: Arc<Mutex<StdoutLog>>,
+    ) -> std::io::Result<Self> {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(std::io::Error::other("the child's stdio is not piped"));
+        };
+        let stdout = Watched { inner: stdout, log };
+        Ok(ChildTransport {
+            child,
+            lines: AsyncRwTransport::new_client(stdout, stdin)
+                .with_max_line_length(MAX_MESSAGE_BYTES),
+        })
+    }
+}
+
+impl Transport<RoleClient> for ChildTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = std::result::Result<(), Self::Error>> + Send + 'static {
+        self.lines.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.lines.receive()
+    }
+
+    async fn close(&mut self) -> std::result::Result<(), Self::Error> {
+        self.lines.close().await?;
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_err()
+        {
+            self.child.kill().await?;
+        }
+        Ok(())
+    }
+}
+
+/// How far one connection got: the step it is on and, for a spawned server, what it wrote.
+#[derive(Debug, Default)]
+struct Progress {
+    step: Mutex<&'static str>,
+    stdout: Option<Arc<Mutex<StdoutLog>>>,
+}
+
+impl Progress {
+    fn at(&self, step: &'static str) {
+        *self
+            .step
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = step;
+    }
+
+    fn step(&self) -> &'static str {
+        *self
+            .step
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `message`, and what a spawned server wrote on its stdout.
+    fn explain(&self, message: String) -> String {
+        match &self.stdout {
+            Some(log) => format!(
+                "{message}; {}",
+                log.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .summary()
+            ),
+            None => message,
+        }
+    }
+}
+
+/// Connects once: spawns or reaches the server, initialises and lists the tools, noting in
+/// `progress` how far it got.
 async fn connect_once(
     server: &McpServer,
+    progress: &Progress,
 ) -> std::result::Result<(Client, Option<u32>, Vec<Tool>), String> {
+    progress.at("initialize");
     let (client, pid) = match server {
         McpServer::Command { program, args, env } => {
-            let mut command = tokio::process::Command::new(program);
-            command.args(args);
-            for (key, value) in env {
-                command.env(key, value);
-            }
-            let (transport, _) = TokioChildProcess::builder(command)
-                .stderr(std::process::Stdio::null())
-                .spawn()
+            let log = progress.stdout.clone().unwrap_or_default();
+            let transport = ChildTransport::spawn(program, args, env, log)
                 .map_err(|err| format!("cannot spawn: {err}"))?;
-            let pid = transport.id();
-            let client =
-                ().serve(transport)
-                    .await
-                    .map_err(|err| format!("initialisation failed: {err}"))?;
+            let pid = transport.child.id();
+            let client = ()
+                .serve(transport)
+                .await
+                .map_err(|err| progress.explain(format!("initialisation failed: {err}")))?;
             (client, pid)
         }
         McpServer::Http { url } => {
@@ -449,6 +655,7 @@ async fn connect_once(
             (client, None)
         }
     };
+    progress.at("tools/list");
     let tools = client
         .list_all_tools()
         .await
@@ -495,18 +702,26 @@ impl McpEnvironment {
             if attempt > 0 {
                 std::thread::sleep(backoff(options, attempt));
             }
+            let progress = Progress {
+                stdout: matches!(server, McpServer::Command { .. }).then(Default::default),
+                ..Progress::default()
+            };
             let connected = runtime.block_on(async {
-                tokio::time::timeout(duration(options.connect_timeout_secs), connect_once(server))
-                    .await
+                tokio::time::timeout(
+                    duration(options.connect_timeout_secs),
+                    connect_once(server, &progress),
+                )
+                .await
             });
             match connected {
                 Ok(Ok(connected)) => return Ok(connected),
                 Ok(Err(message)) => last = message,
                 Err(_) => {
-                    last = format!(
-                        "no answer within {} s (connect_timeout_secs)",
+                    last = progress.explain(format!(
+                        "no answer to {} within {} s (connect_timeout_secs)",
+                        progress.step(),
                         options.connect_timeout_secs
-                    )
+                    ))
                 }
             }
         }

@@ -8,7 +8,9 @@
 //! never as a panic, so a caller can mask the trajectory it concerns instead of scoring it.
 //!
 //! - Each attempt has its own time limit (`timeout_secs`, from sending the request to reading
-//!   the whole reply).
+//!   the whole reply): a server that sends its headers and then stalls or trickles its body
+//!   forever times out like one that never answers, and the failure names the status it sent.
+//!   A reply's body is read up to [`MAX_REPLY_BYTES`]; a longer one is a malformed reply.
 //! - Timeouts, transport errors (refused or dropped connections), 429 and 5xx are retried up to
 //!   `max_retries` times with exponential backoff (a `Retry-After` header in seconds is
 //!   honoured, up to the longest backoff); other 4xx answers and malformed replies are not
@@ -34,6 +36,9 @@ use crate::error::{Error, Result};
 pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest wait between two attempts (also the cap on a server's `Retry-After`).
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Most bytes of a reply's body that are read (a chat completion is a few kilobytes; a server
+/// that sends more is refused rather than held in memory). ureq's own default.
+pub const MAX_REPLY_BYTES: u64 = 10 * 1024 * 1024;
 /// Most bytes of an error body kept in [`EndpointFailure::Http`].
 const BODY_EXCERPT_CHARS: usize = 300;
 
@@ -281,6 +286,10 @@ pub enum EndpointFailure {
         attempts: u32,
         /// The per-attempt limit.
         timeout_secs: f64,
+        /// The status of a reply whose headers came but whose body did not end in time (a
+        /// server that stalls or trickles its body forever); `None` when no headers came.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
     },
     /// The endpoint answered with an error status (on the last attempt).
     Http {
@@ -362,9 +371,20 @@ impl fmt::Display for EndpointFailure {
                 url,
                 attempts,
                 timeout_secs,
+                status: None,
             } => write!(
                 f,
                 "{url}: no reply within {timeout_secs} s ({attempts} {})",
+                tries(*attempts)
+            ),
+            EndpointFailure::Timeout {
+                url,
+                attempts,
+                timeout_secs,
+                status: Some(status),
+            } => write!(
+                f,
+                "{url}: the reply (HTTP {status}) began but its body did not end within {timeout_secs} s ({attempts} {})",
                 tries(*attempts)
             ),
             EndpointFailure::Http {
@@ -630,7 +650,12 @@ impl ChatClient {
         let _permit = self.limit.acquire();
         let response = request.call().map_err(transport)?;
         let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().map_err(transport)?;
+        let text = self
+            .read_body(url, status, response.into_body())
+            .map_err(|mut failure| {
+                failure.set_attempts(1);
+                failure
+            })?;
         if !(200..300).contains(&status) {
             return Err(EndpointFailure::Http {
                 url: url.clone(),
@@ -713,10 +738,9 @@ impl ChatClient {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|secs| secs.is_finite() && *secs >= 0.0)
             .map(Duration::from_secs_f64);
-        let text = response
-            .into_body()
-            .read_to_string()
-            .map_err(|e| (self.transport_failure(&self.endpoint, e), None))?;
+        let text = self
+            .read_body(&self.endpoint, status, response.into_body())
+            .map_err(|failure| (failure, None))?;
         if !(200..300).contains(&status) {
             return Err((
                 EndpointFailure::Http {
@@ -740,6 +764,35 @@ impl ChatClient {
         })
     }
 
+    /// A reply's whole body as text, read within what is left of the attempt's time limit and
+    /// never more than [`MAX_REPLY_BYTES`]: a body that never ends is a timeout that names its
+    /// status, a longer one a bad response (asking again would get the same).
+    fn read_body(
+        &self,
+        url: &str,
+        status: u16,
+        mut body: ureq::Body,
+    ) -> std::result::Result<String, EndpointFailure> {
+        match body.with_config().limit(MAX_REPLY_BYTES).read_to_string() {
+            Ok(text) => Ok(text),
+            Err(ureq::Error::BodyExceedsLimit(limit)) => Err(EndpointFailure::BadResponse {
+                url: url.to_owned(),
+                attempts: 0,
+                message: format!(
+                    "the body (HTTP {status}) is longer than {} MiB, the most a reply may be",
+                    limit / (1024 * 1024)
+                ),
+            }),
+            Err(error) => {
+                let mut failure = self.transport_failure(url, error);
+                if let EndpointFailure::Timeout { status: at, .. } = &mut failure {
+                    *at = Some(status);
+                }
+                Err(failure)
+            }
+        }
+    }
+
     fn transport_failure(&self, url: &str, error: ureq::Error) -> EndpointFailure {
         let timed_out = match &error {
             ureq::Error::Timeout(_) => true,
@@ -754,6 +807,7 @@ impl ChatClient {
                 url: url.to_owned(),
                 attempts: 0,
                 timeout_secs: self.timeout.as_secs_f64(),
+                status: None,
             }
         } else {
             EndpointFailure::Transport {

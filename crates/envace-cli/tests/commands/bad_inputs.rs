@@ -24,10 +24,13 @@
 //! text OLD), `gguf-tensor NAME TENSOR type N` / `gguf-tensor NAME TENSOR dim I N` (a tensor's
 //! type or one of its dimensions in a GGUF header), `http-server KIND` (a loopback server
 //! answering every request with an HTML page (`html`), a cut-off JSON body (`invalid-json`), no
-//! choices (`no-choices`) or a 404 (`not-found`)). The command runs in the case's folder, so
+//! choices (`no-choices`), a 404 (`not-found`), a 12 MiB body (`huge-body`) or status 200 and a
+//! body that starts and then trickles forever (`endless-body`)). An MCP server is a script
+//! written as a text file and named in the command (`env mcp -- sh server.sh`). The command runs in the case's folder, so
 //! paths in it and in its errors are relative. In a command or an expected line, `{dir}` is that
 //! folder, `{home}` its `ENVACE_HOME`, `{server}` the `/v1` URL of its HTTP server and
-//! `{shared}` the benchmark data beside the checkout (`../shared/benchmarks`).
+//! `{shared}` the benchmark data beside the checkout (`../shared/benchmarks`); in an expected
+//! line, `{n}` stands for any number (one or more digits).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -132,54 +135,95 @@ fn split_words(text: &str) -> Vec<String> {
 /// A loopback HTTP server that answers every request as `kind` says (an endpoint that is not
 /// what it claims); returns its `/v1` URL. It lives as long as the test process.
 fn bad_server(kind: &str) -> Result<String, String> {
-    let (status, content_type, body) = match kind {
-        "html" => (
+    let fixed = |status: &str, content_type: &str, body: &[u8]| {
+        let mut response = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        response.extend_from_slice(body);
+        Some(response)
+    };
+    // `None`: the body that never ends (see `answer`).
+    let response = match kind {
+        "html" => fixed(
             "200 OK",
             "text/html",
-            "<html><body>502 Bad Gateway</body></html>",
+            b"<html><body>502 Bad Gateway</body></html>",
         ),
-        "invalid-json" => (
+        "invalid-json" => fixed(
             "200 OK",
             "application/json",
-            "{\"choices\": [{\"message\": ",
+            b"{\"choices\": [{\"message\": ",
         ),
-        "no-choices" => ("200 OK", "application/json", "{\"choices\": []}"),
-        "not-found" => (
+        "no-choices" => fixed("200 OK", "application/json", b"{\"choices\": []}"),
+        "not-found" => fixed(
             "404 Not Found",
             "application/json",
-            "{\"error\": {\"message\": \"no such route\"}}",
+            b"{\"error\": {\"message\": \"no such route\"}}",
         ),
+        "huge-body" => {
+            // Valid JSON of 12 MiB: an object whose one string holds the padding.
+            let mut body = b"{\"choices\": [], \"padding\": \"".to_vec();
+            body.resize(12 << 20, b'x');
+            body.extend_from_slice(b"\"}");
+            fixed("200 OK", "application/json", &body)
+        }
+        "endless-body" => None,
         other => return Err(format!("unknown http-server kind {other:?}")),
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
     std::thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            // The request's head, then as many body bytes as it announced.
-            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0
-                    || line == "\r\n"
-                {
-                    break;
-                }
-                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0u8; length];
-            let _ = reader.read_exact(&mut body);
-            let _ = std::io::Write::write_all(&mut stream, response.as_bytes());
+            let Ok(stream) = stream else { continue };
+            let response = response.clone();
+            // A connection at a time would keep a retry waiting behind an endless body.
+            std::thread::spawn(move || answer(stream, response.as_deref()));
         }
     });
     Ok(url)
+}
+
+/// Reads one request (its head, then as many body bytes as it announced) and writes
+/// `response`; with `None`, status 200 and a chunked JSON body that starts and then trickles a
+/// space every 100 ms, never ending, until the client hangs up (or a minute has passed).
+fn answer(mut stream: std::net::TcpStream, response: Option<&[u8]>) {
+    use std::io::Write;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    if let Some(response) = response {
+        let _ = stream.write_all(response);
+        return;
+    }
+    let head =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+    let start = "{\"choices\": [";
+    if write!(stream, "{head}{:x}\r\n{start}\r\n", start.len()).is_err() {
+        return;
+    }
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+        if stream
+            .write_all(b"1\r\n \r\n")
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
 }
 
 /// Builds the case's inputs in `dir`; returns the URL of its HTTP server, if it has one.
@@ -423,7 +467,7 @@ fn run_case(case: &Case) -> Result<(), String> {
     let lines: Vec<&str> = stderr.lines().chain(stdout.lines()).collect();
     for expected in &case.expect {
         let expected = fill(expected);
-        if !lines.contains(&expected.as_str()) {
+        if !lines.iter().any(|line| matches_line(&expected, line)) {
             problems.push(format!("missing line: {expected}"));
         }
     }
@@ -457,6 +501,27 @@ fn run_case(case: &Case) -> Result<(), String> {
             stderr.trim_end().replace('\n', "\n    ")
         ))
     }
+}
+
+/// Whether `line` is the expected line, where each `{n}` in it stands for a number (one or more
+/// digits: what a case cannot know in advance, such as how many lines a flood got out).
+fn matches_line(expected: &str, line: &str) -> bool {
+    let mut parts = expected.split("{n}");
+    let Some(rest) = line.strip_prefix(parts.next().unwrap_or("")) else {
+        return false;
+    };
+    let mut rest = rest;
+    for part in parts {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return false;
+        }
+        match rest[digits..].strip_prefix(part) {
+            Some(after) => rest = after,
+            None => return false,
+        }
+    }
+    rest.is_empty()
 }
 
 /// Every case file under the catalogue, by group (its folder) and name.
@@ -515,8 +580,8 @@ fn every_bad_input_is_refused_clearly_with_nothing_written() {
     );
     if only.is_empty() {
         assert!(
-            tried >= 60,
-            "the catalogue holds {tried} cases; it promises at least 60"
+            tried >= 77,
+            "the catalogue holds {tried} cases; it promises at least 77"
         );
     }
 }
@@ -547,6 +612,13 @@ fn case_files_parse_steps_files_and_quoted_words() {
         ordered.actions,
         [file("a", "abc\n"), Action::Step("truncate a 1".to_owned())]
     );
+    assert!(matches_line(
+        "wrote {n} lines ({n} bytes)",
+        "wrote 12 lines (480 bytes)"
+    ));
+    assert!(!matches_line("wrote {n} lines", "wrote many lines"));
+    assert!(!matches_line("wrote {n} lines", "wrote 12 lines and more"));
+    assert!(matches_line("exactly this", "exactly this"));
     assert!(parse("y.case", "# no command\n").is_err());
     assert!(parse("z.case", "# command: x\nstray\n").is_err());
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask bench serve`: how fast `envace serve-model` answers on the SmolLM2 GGUF over
 //! HTTP, on its quantised weights and with `--dequantize`, beside the in-process quantised
 //! decode of the same file (`model_bench --only q4-decode`) in the same run: the server has to
-//! run the fastest path, not just reach it from a benchmark.
+//! run the fastest path, not just reach it from a benchmark. Then the same server under load
+//! (`bench_serve_load.rs`): many clients, malformed requests among them, and a slow one.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -178,6 +179,17 @@ pub fn serve(root: &Path) -> Result<()> {
         );
         servers.push(measure_server(&envace, &gguf, dequantize, n_threads)?);
     }
+    eprintln!("xtask: serve-model under load ({n_threads} threads)");
+    let server = start_server(&envace, &gguf, false, n_threads)?;
+    let host = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let (load, load_ok) = crate::bench_serve_load::measure(&host, server.child.id())?;
+    drop(server);
     let served = |idx: usize| servers[idx]["tokens_per_sec"].as_f64().unwrap_or(0.0);
     let served_q4 = served(0).max(served(2));
     let served_f32 = served(1);
@@ -205,12 +217,27 @@ pub fn serve(root: &Path) -> Result<()> {
             "in_process_q4_1_tokens_per_sec": in_process_tps,
             "servers": servers,
             "in_process": in_process,
+            "load": load,
         },
         "ratios": {
             "served_q4_1_vs_in_process_q4_1":
                 ratio(served_q4, in_process_tps, TARGET_SERVED_VS_IN_PROCESS),
             "served_q4_1_vs_served_f32": ratio(served_q4, served_f32, 1.5),
+            // Many clients at once must not answer fewer valid requests per second than one
+            // client at a time on the same server.
+            "load_vs_one_client": ratio(
+                load["valid_requests_per_sec"].as_f64().unwrap_or(0.0),
+                load["one_client_valid_requests_per_sec"].as_f64().unwrap_or(0.0),
+                1.0,
+            ),
         },
     });
-    crate::bench_runs::write_result(root, "serve", &result)
+    crate::bench_runs::write_result(root, "serve", &result)?;
+    if !load_ok {
+        bail!(
+            "under load, a valid request failed, a malformed one got another answer than its \
+             4xx, or the slow client got no answer: see figures.load in target/bench/serve.json"
+        );
+    }
+    Ok(())
 }

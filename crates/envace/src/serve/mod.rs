@@ -90,6 +90,9 @@ pub struct ServeOptions {
     pub batch_window: Duration,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers, and then its body; a slower one
+    /// gets no answer (headers) or a 408 (body), so idle connections cannot pile up.
+    pub read_timeout: Duration,
     /// The key a request must send as `Authorization: Bearer KEY` (every route but `/health`);
     /// without one the server answers anyone, and may only listen on loopback.
     pub api_key: Option<String>,
@@ -102,6 +105,7 @@ impl Default for ServeOptions {
             default_max_tokens: 512,
             batch_window: Duration::from_millis(5),
             max_body_bytes: 16 << 20,
+            read_timeout: Duration::from_secs(60),
             api_key: None,
         }
     }
@@ -349,6 +353,7 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
                         accepted = listener.accept() => {
                             let Ok((stream, _)) = accepted else { continue };
                             let state = Arc::clone(&state);
+                            let read_timeout = state.options.read_timeout;
                             tokio::spawn(async move {
                                 let service = hyper::service::service_fn(move |req| {
                                     let state = Arc::clone(&state);
@@ -356,6 +361,8 @@ pub fn serve(model: LoadedModel, addr: SocketAddr, options: &ServeOptions) -> Re
                                 });
                                 let io = hyper_util::rt::TokioIo::new(stream);
                                 let _ = hyper::server::conn::http1::Builder::new()
+                                    .timer(hyper_util::rt::TokioTimer::new())
+                                    .header_read_timeout(read_timeout)
                                     .serve_connection(io, service)
                                     .await;
                             });
@@ -505,7 +512,20 @@ async fn chat_completion(
     req: Request<Incoming>,
 ) -> std::result::Result<Answer, ApiError> {
     let limit = state.options.max_body_bytes;
-    let bytes = match Limited::new(req.into_body(), limit).collect().await {
+    let wait = state.options.read_timeout;
+    let read = tokio::time::timeout(wait, Limited::new(req.into_body(), limit).collect());
+    let Ok(read) = read.await else {
+        return Err(ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {} s",
+                wait.as_secs_f64()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+        });
+    };
+    let bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(err) => {
             if err

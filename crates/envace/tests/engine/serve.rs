@@ -899,3 +899,64 @@ fn the_official_openai_python_client_streams_replies() {
     );
     assert_eq!(seen["bad_stream_param"], "stream", "{seen:#}");
 }
+
+#[test]
+fn a_client_that_stalls_gets_a_timeout_while_others_are_answered() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let folder = tmp.path().join("tiny");
+    tiny_hf_folder(&folder);
+    let options = ServeOptions {
+        read_timeout: Duration::from_secs(2),
+        ..ServeOptions::default()
+    };
+    let loaded = LoadedModel::from_path(&folder).expect("the tiny folder loads");
+    let server = serve(loaded, any_port(), &options).expect("the server starts");
+    let host = server.local_addr().to_string();
+    let read_all = |stream: &mut std::net::TcpStream| {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("a read timeout");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // A body that stops after 10 of its 100 bytes, and headers that never end.
+    let mut stalled_body = std::net::TcpStream::connect(&host).expect("connects");
+    write!(
+        stalled_body,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"message"
+    )
+    .expect("sends");
+    let mut stalled_head = std::net::TcpStream::connect(&host).expect("connects");
+    write!(
+        stalled_head,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+    )
+    .expect("sends");
+    let start = Instant::now();
+    // Meanwhile another client is answered at once.
+    let (status, reply) = raw(
+        "POST",
+        &format!("{}/chat/completions", server.url()),
+        Some(r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#),
+    );
+    assert_eq!(status, 200, "{reply}");
+    assert!(start.elapsed() < Duration::from_secs(2), "not held up");
+    let answer = read_all(&mut stalled_body);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(
+        answer.contains("the request body did not arrive within 2 s"),
+        "{answer}"
+    );
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(1900), "{waited:?}");
+    // The half-sent headers: the connection is closed (hyper answers 408 or nothing).
+    let answer = read_all(&mut stalled_head);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    server.shutdown();
+}

@@ -7,9 +7,11 @@ mod bench_monitor;
 mod bench_runs;
 mod bench_science;
 mod bench_serve;
+mod bench_serve_load;
 mod bench_wgpu;
 mod bench_wgpu_rl;
 mod bundle;
+mod chaos;
 mod check_aarch64;
 mod check_cuda;
 mod device_check;
@@ -33,6 +35,13 @@ commands:
                release and package them: target/bundle/envace-studio_VERSION_ARCH.deb
                and target/bundle/EnvACE_Studio-VERSION-ARCH.AppImage, with desktop
                entries and icon (--no-build: package the release binaries already built)
+  chaos [--kills N] [--seed S]
+               kill a training run with SIGKILL at N points (default 20; in SFT and RL,
+               in store transactions, at every stage of a checkpoint write, at random
+               moments; drawn from S, default a fresh seed), resume it after each, and
+               check it ends with an uninterrupted run's rows, a sound store, every
+               committed row kept and no temporary file; with the full-disk test
+               beside it (target/bench/chaos.json)
   check cuda [--cuda 13.4|13.0]
                build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
                (installed into the cache folder; no GPU needed), failing on a warning
@@ -91,6 +100,7 @@ fn run() -> Result<()> {
         Some("run") => main_job(&root),
         Some("test") => test_all(),
         Some("bundle") => bundle::bundle(&root, &args[1..]),
+        Some("chaos") => chaos::chaos(&root, &args[1..]),
         Some("check") => match args.get(1).map(String::as_str) {
             Some("cuda") => {
                 let release = match args.get(2).map(String::as_str) {

@@ -13,12 +13,22 @@
 //! | `checkpoint.renamed` | the checkpoint folder renamed into place, not yet in the store |
 //! | `checkpoint.recorded` | the checkpoint recorded in the store, older ones not yet pruned |
 //! | `step.done` | a training step finished, its metrics still buffered |
+//!
+//! Beside the kills, one injected fault: with `ENVACE_TEST_FAIL_AT=checkpoint.write:N` the N-th
+//! checkpoint fails as a full disk would (`ErrorKind::StorageFull`) after its model file is
+//! written, for machines where a test cannot mount a small filesystem to fill for real.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The environment variable: `POINT:N` (N counts from 1 in each process).
 pub const KILL_AT_VAR: &str = "ENVACE_TEST_KILL_AT";
+
+/// The environment variable of injected faults: `POINT:N`, POINT one of [`FAULT_POINTS`].
+pub const FAIL_AT_VAR: &str = "ENVACE_TEST_FAIL_AT";
+
+/// Every fault point.
+pub const FAULT_POINTS: [&str; 1] = ["checkpoint.write"];
 
 /// Every crash point, for tests that pick among them.
 pub const POINTS: [&str; 5] = [
@@ -37,13 +47,18 @@ struct Plan {
 }
 
 static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
+static FAULT_PLAN: OnceLock<Option<Plan>> = OnceLock::new();
 
 fn plan_from_env() -> Option<Plan> {
-    let value = std::env::var(KILL_AT_VAR).ok()?;
+    plan_from(KILL_AT_VAR, &POINTS)
+}
+
+fn plan_from(var: &str, points: &[&str]) -> Option<Plan> {
+    let value = std::env::var(var).ok()?;
     let (point, hit) = value.rsplit_once(':')?;
     let hit = hit.trim().parse().ok().filter(|&hit: &u64| hit > 0)?;
-    if !POINTS.contains(&point) {
-        tracing::warn!("{KILL_AT_VAR}={value:?} names no crash point (known: {POINTS:?})");
+    if !points.contains(&point) {
+        tracing::warn!("{var}={value:?} names no point (known: {points:?})");
         return None;
     }
     Some(Plan {
@@ -64,6 +79,21 @@ pub fn point(name: &str) {
     if plan.seen.fetch_add(1, Ordering::SeqCst) + 1 == plan.hit {
         kill_self();
     }
+}
+
+/// Marks fault point `name`: fails here as a full disk would when `ENVACE_TEST_FAIL_AT` asks
+/// for it.
+pub fn fault(name: &str) -> std::io::Result<()> {
+    let Some(plan) = FAULT_PLAN.get_or_init(|| plan_from(FAIL_AT_VAR, &FAULT_POINTS)) else {
+        return Ok(());
+    };
+    if plan.point == name && plan.seen.fetch_add(1, Ordering::SeqCst) + 1 == plan.hit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!("no space left on device (injected by {FAIL_AT_VAR})"),
+        ));
+    }
+    Ok(())
 }
 
 /// SIGKILL to this process (through the `kill` command, since the engine has no unsafe code),

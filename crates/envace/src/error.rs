@@ -260,6 +260,15 @@ pub enum Error {
         /// What went wrong and what to do about it.
         message: String,
     },
+
+    /// A checkpoint could not be written (a full disk, say); nothing of it was kept.
+    #[error("the checkpoint of step {step} could not be written: {message}")]
+    Checkpoint {
+        /// The last completed step it was for.
+        step: u64,
+        /// The failure, the checkpoint a resume starts from, and what to do.
+        message: String,
+    },
 }
 
 impl Error {

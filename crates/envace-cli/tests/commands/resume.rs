@@ -1,7 +1,11 @@
 //! `envace train` killed with SIGKILL again and again — between checkpoints, during checkpoint
 //! writes, inside store transactions, in SFT and in RL — and resumed with `--resume` each time
 //! ends with exactly the rows of an uninterrupted run; a resume that fails leaves the store as
-//! it was; a finished run is not resumed.
+//! it was; a finished run is not resumed; a full disk during a checkpoint stops the run with a
+//! clear message, the previous checkpoint intact, and the run resumes once there is room.
+//!
+//! `cargo xtask chaos` runs the crash loop with more kills and a fresh seed
+//! (`ENVACE_CHAOS_KILLS`, `ENVACE_CHAOS_SEED`) and reads its report (`ENVACE_CHAOS_REPORT`).
 #![allow(clippy::unwrap_used)] // Test helpers may unwrap: a panic here is the test failing.
 
 use std::collections::BTreeSet;
@@ -10,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use envace::crash::KILL_AT_VAR;
+use envace::crash::{FAIL_AT_VAR, KILL_AT_VAR};
 use envace::rng::Rng;
 use envace::store::{RunId, RunStatus, Store};
 
@@ -31,6 +35,17 @@ enum Kill {
 }
 
 fn train(dir: &Path, store: &Path, resume: bool, kill: Option<&Kill>) -> (ExitStatus, String) {
+    train_with(dir, store, resume, kill, &[])
+}
+
+/// [`train`] with more environment variables.
+fn train_with(
+    dir: &Path,
+    store: &Path,
+    resume: bool,
+    kill: Option<&Kill>,
+    envs: &[(&str, &str)],
+) -> (ExitStatus, String) {
     let config = dir.join("crash.toml");
     if !config.exists() {
         std::fs::write(&config, CRASH_JOB).unwrap();
@@ -44,6 +59,8 @@ fn train(dir: &Path, store: &Path, resume: bool, kill: Option<&Kill>) -> (ExitSt
         .arg(&config)
         .env_remove("RUST_LOG")
         .env_remove(KILL_AT_VAR)
+        .env_remove(FAIL_AT_VAR)
+        .envs(envs.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr_path).unwrap());
     if resume {
@@ -191,21 +208,41 @@ fn a_run_killed_at_many_points_resumes_to_the_rows_of_an_uninterrupted_run() {
     let crash_dir = dir.path().join("crashed");
     std::fs::create_dir_all(&crash_dir).unwrap();
     let store = crash_dir.join("runs.sqlite");
-    let mut rng = Rng::new(0x5eed_0016);
+    let env_number = |name: &str, default: u64| {
+        std::env::var(name).ok().map_or(default, |v| {
+            let v = v.trim();
+            v.strip_prefix("0x")
+                .map_or_else(|| v.parse(), |hex| u64::from_str_radix(hex, 16))
+                .unwrap_or_else(|e| panic!("{name}={v:?}: {e}"))
+        })
+    };
+    let n_kills = env_number("ENVACE_CHAOS_KILLS", 14).max(6) as usize;
+    let seed = env_number("ENVACE_CHAOS_SEED", 0x5eed_0016);
+    let mut rng = Rng::new(seed);
     let mut kills: Vec<(Kill, u64)> = Vec::new();
     // Metric rows at or before each checkpoint resumed from: (step, key, wall time) never lost.
     let mut committed: BTreeSet<(u64, String, u64)> = BTreeSet::new();
     let mut finished = false;
     let mut next_step = 0;
-    for attempt in 0..40 {
+    for attempt in 0..4 * n_kills.max(10) {
+        if kills.len() == n_kills {
+            break;
+        }
         // Kills that move the run past a checkpoint (without finishing it) alternate with pairs
         // of kills that usually do not, so the run is killed at every kind of point on its way.
         let kill = if attempt == 0 {
             Kill::At("step.done", rng.range(4, 5) as u64)
         } else if attempt % 3 == 0 {
+            // Every third kill moves the run on, so far that the kills left (a third of them
+            // such) spread over the steps left.
             let left = N_STEPS - next_step;
+            let moves_left = ((n_kills - kills.len()) / 3).max(1) as u64;
+            let stride = (left / moves_left).max(4) as i64;
             if left > 4 {
-                Kill::At("step.done", rng.range(3, (left - 1).min(8) as i64) as u64)
+                Kill::At(
+                    "step.done",
+                    rng.range(3, (left as i64 - 1).min(stride)) as u64,
+                )
             } else {
                 Kill::At("checkpoint.recorded", 1)
             }
@@ -251,7 +288,11 @@ fn a_run_killed_at_many_points_resumes_to_the_rows_of_an_uninterrupted_run() {
 
     // The kills covered every kind of moment, in both phases.
     eprintln!("{} kills (kill, step reached): {kills:?}", kills.len());
-    assert!(kills.len() >= 10, "only {} kills: {kills:?}", kills.len());
+    assert!(
+        kills.len() >= n_kills.min(10),
+        "only {} kills: {kills:?}",
+        kills.len()
+    );
     let has = |f: &dyn Fn(&Kill) -> bool| kills.iter().any(|(k, _)| f(k));
     assert!(
         has(&|k| matches!(k, Kill::At("store.batch", _))),
@@ -319,6 +360,167 @@ fn a_run_killed_at_many_points_resumes_to_the_rows_of_an_uninterrupted_run() {
             name.display()
         );
     }
+    let left: Vec<String> = std::fs::read_dir(&crash_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp") || name.ends_with(".part"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    // Every check above held: the report `cargo xtask chaos` reads.
+    if let Some(path) = std::env::var_os("ENVACE_CHAOS_REPORT") {
+        let kinds = |f: &dyn Fn(&Kill) -> bool| kills.iter().filter(|(k, _)| f(k)).count();
+        let report = serde_json::json!({
+            "seed": format!("{seed:#x}"),
+            "kills_asked": n_kills,
+            "kills": kills.len(),
+            "kills_in_sft": kills.iter().filter(|(_, step)| *step < N_SFT_STEPS).count(),
+            "kills_in_rl": kills.iter().filter(|(_, step)| *step >= N_SFT_STEPS).count(),
+            "by_point": {
+                "store.batch": kinds(&|k| matches!(k, Kill::At("store.batch", _))),
+                "checkpoint.files": kinds(&|k| matches!(k, Kill::At("checkpoint.files", _))),
+                "checkpoint.renamed": kinds(&|k| matches!(k, Kill::At("checkpoint.renamed", _))),
+                "checkpoint.recorded": kinds(&|k| matches!(k, Kill::At("checkpoint.recorded", _))),
+                "step.done": kinds(&|k| matches!(k, Kill::At("step.done", _))),
+                "random moment": kinds(&|k| matches!(k, Kill::After(_))),
+            },
+            "each": kills
+                .iter()
+                .map(|(kill, step)| format!("{kill:?} (step {step})"))
+                .collect::<Vec<_>>(),
+            "rows_compared": {
+                "metrics": got.metrics.len(),
+                "evals": got.evals.len(),
+                "trajectories": got.trajectories.len(),
+                "fidelity": got.fidelity.len(),
+            },
+            "committed_rows_kept": committed.len(),
+            "integrity_check": "ok",
+            "final_equals_uninterrupted": true,
+            "temporary_files_left": 0,
+        });
+        std::fs::write(path, format!("{report:#}\n")).unwrap();
+    }
+}
+
+/// A small filesystem mounted over a folder for the length of a test (needs root and a kernel
+/// that lets this process mount; where it cannot, the test injects the fault instead).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> Option<Self> {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| SmallDisk(dir.to_owned()))
+    }
+
+    fn grow(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_during_a_checkpoint_stops_the_run_and_keeps_the_previous_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    // Checkpoints go to `<store dir>/checkpoints`: on a 768 KiB filesystem the run's tokenizer
+    // and its first checkpoint (about 470 KB) fit, the second does not.
+    let disk = SmallDisk::mount(&dir.path().join("checkpoints"), "768k");
+    let fault = "checkpoint.write:2".to_owned();
+    let envs: Vec<(&str, &str)> = match &disk {
+        Some(_) => Vec::new(),
+        None => {
+            eprintln!(
+                "this process cannot mount a small filesystem: the full disk is injected \
+                 ({FAIL_AT_VAR}={fault})"
+            );
+            vec![(FAIL_AT_VAR, fault.as_str())]
+        }
+    };
+    let (status, stderr) = train_with(dir.path(), &store, false, None, &envs);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: the checkpoint of step 5 could not be written: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("No space left on device") || stderr.contains("no space left on device"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "the checkpoint of step 2 is intact: make room, then resume the run (`envace train CONFIG --resume 1`)"
+        ),
+        "{stderr}"
+    );
+    // The store is sound, names only the checkpoint of step 2, whose files are whole; no half
+    // checkpoint is left.
+    let opened = Store::open(&store).unwrap();
+    opened.check_integrity().unwrap();
+    let view = opened.view();
+    assert_eq!(view.find_run("1").unwrap().status, RunStatus::Failed);
+    let checkpoints = view.checkpoints(RUN).unwrap();
+    assert_eq!(checkpoints.iter().map(|c| c.step).collect::<Vec<_>>(), [2]);
+    let kept = PathBuf::from(&checkpoints[0].path);
+    let on_disk: u64 = walk(&kept)
+        .iter()
+        .map(|f| f.metadata().unwrap().len())
+        .sum();
+    assert_eq!(
+        on_disk, checkpoints[0].bytes,
+        "the checkpoint of step 2 is whole"
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(kept.join("state.json")).unwrap()).unwrap();
+    assert_eq!(state["next_step"], 3, "{state}");
+    let names: Vec<String> = std::fs::read_dir(kept.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    drop(opened);
+
+    // With room again the run resumes from step 2 and finishes.
+    if let Some(disk) = &disk {
+        disk.grow("8m");
+    }
+    let (status, stderr) = train(dir.path(), &store, true, None);
+    assert!(status.success(), "{stderr}");
+    let opened = Store::open(&store).unwrap();
+    assert_eq!(
+        opened.view().find_run("1").unwrap().status,
+        RunStatus::Finished
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 #[test]

@@ -543,26 +543,29 @@ impl Session {
         if tmp_dir.exists() {
             std::fs::remove_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
         }
-        std::fs::create_dir_all(&tmp_dir).map_err(|e| Error::io(&tmp_dir, e))?;
-        self.policy.save(&tmp_dir.join("model"))?;
-        tokenize::save(
-            self.codec.tokenizer(),
-            &tmp_dir.join(tokenize::TOKENIZER_FILE),
-        )?;
-        if let Some(optimizer) = &self.optimizer {
-            optimizer.save(&tmp_dir.join("optimizer.safetensors"))?;
+        if let Err(err) = self.write_checkpoint_files(&tmp_dir) {
+            // A full disk (or any failed write) leaves no half checkpoint behind, and the
+            // store still names the previous one, which a resume starts from.
+            let _ = std::fs::remove_dir_all(&tmp_dir);
+            let previous = self
+                .writer
+                .store()
+                .view()
+                .checkpoints(self.run)?
+                .last()
+                .map_or_else(
+                    || "there is no earlier checkpoint".to_owned(),
+                    |row| format!("the checkpoint of step {} is intact", row.step),
+                );
+            return Err(Error::Checkpoint {
+                step: u64::from(step),
+                message: format!(
+                    "{err}; {previous}: make room, then resume the run (`envace train CONFIG \
+                     --resume {}`)",
+                    self.run.0
+                ),
+            });
         }
-        crate::crash::point("checkpoint.files");
-        let state = SavedState {
-            phase: self.phase,
-            next_step: self.next_step,
-            cache: self.cache.entries(),
-        };
-        let state_text = serde_json::to_string(&state).map_err(|e| Error::Data {
-            source_name: "checkpoint state".to_owned(),
-            message: e.to_string(),
-        })?;
-        crate::fsutil::write_atomically(&tmp_dir.join("state.json"), state_text.as_bytes())?;
         if final_dir.exists() {
             std::fs::remove_dir_all(&final_dir).map_err(|e| Error::io(&final_dir, e))?;
         }
@@ -581,6 +584,31 @@ impl Session {
         crate::crash::point("checkpoint.recorded");
         self.prune_checkpoints()?;
         Ok(final_dir)
+    }
+
+    /// The files of a checkpoint, into the (new, empty) folder `tmp_dir`.
+    fn write_checkpoint_files(&self, tmp_dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(tmp_dir).map_err(|e| Error::io(tmp_dir, e))?;
+        self.policy.save(&tmp_dir.join("model"))?;
+        crate::crash::fault("checkpoint.write").map_err(|e| Error::io(tmp_dir, e))?;
+        tokenize::save(
+            self.codec.tokenizer(),
+            &tmp_dir.join(tokenize::TOKENIZER_FILE),
+        )?;
+        if let Some(optimizer) = &self.optimizer {
+            optimizer.save(&tmp_dir.join("optimizer.safetensors"))?;
+        }
+        crate::crash::point("checkpoint.files");
+        let state = SavedState {
+            phase: self.phase,
+            next_step: self.next_step,
+            cache: self.cache.entries(),
+        };
+        let state_text = serde_json::to_string(&state).map_err(|e| Error::Data {
+            source_name: "checkpoint state".to_owned(),
+            message: e.to_string(),
+        })?;
+        crate::fsutil::write_atomically(&tmp_dir.join("state.json"), state_text.as_bytes())
     }
 
     /// Deletes all but the newest `[run].keep_checkpoints` checkpoints (rows, then files: the

@@ -47,7 +47,10 @@ impl Body for EventBody {
 /// The content of a reply as it grows, token by token: what may be sent so far.
 pub(super) struct TextStream {
     tokens: Vec<u32>,
-    /// Text already sent.
+    /// The decoded text up to the end of what was sent (which must stay its start).
+    prefix: String,
+    /// Text already sent: `prefix` without its leading whitespace (the reply's content is
+    /// trimmed, so whitespace is sent only once text follows it).
     sent: String,
     /// Strings that end what is streamed as content (the tags and the request's stops).
     markers: Vec<String>,
@@ -61,6 +64,7 @@ impl TextStream {
         markers.extend(stop.iter().filter(|s| !s.is_empty()).cloned());
         TextStream {
             tokens: Vec::new(),
+            prefix: String::new(),
             sent: String::new(),
             markers,
             closed: false,
@@ -75,7 +79,7 @@ impl TextStream {
             return None;
         }
         let text = tokenize::decode(tokenizer, &self.tokens).ok()?;
-        if !text.starts_with(&self.sent) {
+        if !text.starts_with(&self.prefix) {
             // A decoder that rewrites earlier text: leave the rest to the end of the reply.
             self.closed = true;
             return None;
@@ -93,16 +97,22 @@ impl TextStream {
             None => {
                 // Hold back a tail that could still grow into a marker, and a character cut in
                 // the middle of its bytes (decoded as U+FFFD).
-                let mut limit = text.len() - held_tail(&text, &self.markers);
-                let clean = text[..limit].trim_end_matches('\u{FFFD}').len();
-                limit = limit.min(clean);
-                limit
+                let limit = text.len() - held_tail(&text, &self.markers);
+                text[..limit].trim_end_matches('\u{FFFD}').len()
             }
         };
-        if limit <= self.sent.len() {
+        // Whitespace at the end may be trimmed off the content; it goes once text follows.
+        let limit = text[..limit].trim_end().len();
+        let begin = if self.sent.is_empty() {
+            text.len() - text.trim_start().len()
+        } else {
+            self.prefix.len()
+        };
+        if limit <= begin.max(self.prefix.len()) {
             return None;
         }
-        let delta = text[self.sent.len()..limit].to_owned();
+        let delta = text[begin.max(self.prefix.len())..limit].to_owned();
+        self.prefix = text[..limit].to_owned();
         self.sent.push_str(&delta);
         Some(delta)
     }

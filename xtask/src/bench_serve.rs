@@ -43,6 +43,17 @@ impl Drop for Server {
 
 /// Starts `envace serve-model` on `gguf` on a free port and waits for its startup line.
 fn start_server(envace: &Path, gguf: &Path, dequantize: bool, n_threads: usize) -> Result<Server> {
+    start_server_with(envace, gguf, dequantize, n_threads, &[])
+}
+
+/// [`start_server`] with more `serve-model` arguments.
+fn start_server_with(
+    envace: &Path,
+    gguf: &Path,
+    dequantize: bool,
+    n_threads: usize,
+    extra: &[&str],
+) -> Result<Server> {
     let mut command = Command::new(envace);
     command
         .args(["serve-model", "--model"])
@@ -54,6 +65,7 @@ fn start_server(envace: &Path, gguf: &Path, dequantize: bool, n_threads: usize) 
     if dequantize {
         command.arg("--dequantize");
     }
+    command.args(extra);
     let mut child = command
         .spawn()
         .with_context(|| format!("cannot start {}", envace.display()))?;
@@ -180,7 +192,15 @@ pub fn serve(root: &Path) -> Result<()> {
         servers.push(measure_server(&envace, &gguf, dequantize, n_threads)?);
     }
     eprintln!("xtask: serve-model under load ({n_threads} threads)");
-    let server = start_server(&envace, &gguf, false, n_threads)?;
+    // The slow client's request sets no max_tokens: it gets as many as the valid ones ask.
+    let max_tokens = crate::bench_serve_load::MAX_TOKENS.to_string();
+    let server = start_server_with(
+        &envace,
+        &gguf,
+        false,
+        n_threads,
+        &["--default-max-tokens", &max_tokens],
+    )?;
     let host = server
         .url
         .trim_start_matches("http://")

@@ -19,7 +19,7 @@ pub const LOAD_SECS: u64 = 50;
 /// How long one client alone sends before the load, in seconds (the baseline).
 pub const ALONE_SECS: u64 = 12;
 /// New tokens a valid request asks for.
-const MAX_TOKENS: u64 = 16;
+pub const MAX_TOKENS: u64 = 16;
 /// One request in `MALFORMED_EVERY` of each client is malformed.
 const MALFORMED_EVERY: usize = 4;
 /// The slow client's body: a valid request, sent one byte a second (45 s, inside the load and
@@ -234,7 +234,7 @@ pub fn measure(host: &str, pid: u32) -> Result<(Value, bool)> {
                 let mut outcomes = Vec::new();
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    let is_valid = (i + client) % MALFORMED_EVERY != 0;
+                    let is_valid = !(i + client).is_multiple_of(MALFORMED_EVERY);
                     let (kind, raw, expected) = if is_valid {
                         ("valid", valid(client * 1000 + i, &host), 200)
                     } else {

@@ -15,6 +15,7 @@ mod chaos;
 mod check_aarch64;
 mod check_cuda;
 mod device_check;
+mod fuzz;
 mod setup;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,11 @@ commands:
                check it ends with an uninterrupted run's rows, a sound store, every
                committed row kept and no temporary file; with the full-disk test
                beside it (target/bench/chaos.json)
+  fuzz TARGET|all [--secs N]
+               AFL++ (cargo-afl, stable Rust) for N seconds per target (default 60) on
+               tool_call, rehearse, config, gguf_header, bfcl_line, request, from the
+               seeds in fuzz/corpus/; crashes go to fuzz/regressions/, which the
+               engine's tests replay (target/bench/fuzz.json)
   check cuda [--cuda 13.4|13.0]
                build the engine and CLI with `--features cuda` from NVIDIA's PyPI wheels
                (installed into the cache folder; no GPU needed), failing on a warning
@@ -101,6 +107,7 @@ fn run() -> Result<()> {
         Some("test") => test_all(),
         Some("bundle") => bundle::bundle(&root, &args[1..]),
         Some("chaos") => chaos::chaos(&root, &args[1..]),
+        Some("fuzz") => fuzz::fuzz(&root, &args[1..]),
         Some("check") => match args.get(1).map(String::as_str) {
             Some("cuda") => {
                 let release = match args.get(2).map(String::as_str) {

@@ -16,6 +16,7 @@ pub mod error;
 pub mod eval;
 pub mod fidelity;
 pub mod fsutil;
+pub mod fuzzing;
 pub mod judge;
 pub mod mcp;
 pub mod metrics;

@@ -36,7 +36,15 @@ impl Gguf {
     /// Reads the header of the GGUF file at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let mut reader = open_reader(path)?;
-        let content = Content::read(&mut reader).map_err(|e| Error::Weights {
+        Self::read_from(&mut reader, path)
+    }
+
+    /// Reads a GGUF header from `reader`, which holds the file at `path` (named in errors).
+    pub fn read_from<R: std::io::Read + std::io::Seek>(
+        reader: &mut R,
+        path: &Path,
+    ) -> Result<Self> {
+        let content = Content::read(reader).map_err(|e| Error::Weights {
             path: path.to_path_buf(),
             message: format!("not a readable GGUF file: {e}"),
         })?;

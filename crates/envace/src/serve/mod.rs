@@ -686,6 +686,20 @@ fn worker_gone() -> ApiError {
     }
 }
 
+/// A chat-completions request body checked as the server checks it and rendered into its
+/// prompt with `template` (the fuzzing entry point of the request parser): the prompt, or the
+/// 400's message.
+pub fn check_request_body(
+    body: &[u8],
+    template: &ChatTemplate,
+    template_knows_tools: bool,
+) -> std::result::Result<String, String> {
+    let body: Value = serde_json::from_slice(body)
+        .map_err(|e| format!("the request body is not valid JSON: {e}"))?;
+    let call = parse_chat_call(&body).map_err(|e| e.message)?;
+    render_prompt(template, template_knows_tools, &call).map_err(|e| e.message)
+}
+
 fn unix_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -23,6 +23,7 @@ mod bfcl_multi;
 mod chat;
 mod config;
 mod endpoints;
+mod fuzz_corpus;
 mod gguf;
 mod layers;
 mod loopback;

@@ -103,6 +103,33 @@ struct AnswerLine {
     ground_truth: Vec<Value>,
 }
 
+/// One entry from a line of a question file and, except for irrelevance, the matching line of
+/// its `possible_answer/` file, as [`load`] reads them (`source_name` names them in errors).
+pub fn parse_entry_lines(question: &str, answer: Option<&str>, source_name: &str) -> Result<Entry> {
+    let q: QuestionLine = serde_json::from_str(question)
+        .map_err(|e| data_error(source_name, format!("not a BFCL record: {e}")))?;
+    let ground_truth = match answer {
+        Some(answer) => {
+            let a: AnswerLine = serde_json::from_str(answer)
+                .map_err(|e| data_error(source_name, format!("not a BFCL answer record: {e}")))?;
+            if a.id != q.id {
+                return Err(data_error(
+                    source_name,
+                    format!("answer id {:?} where the question has {:?}", a.id, q.id),
+                ));
+            }
+            Some(a.ground_truth)
+        }
+        None => None,
+    };
+    Ok(Entry {
+        id: q.id,
+        turns: q.question,
+        functions: q.function,
+        ground_truth,
+    })
+}
+
 /// The BFCL folder under `dir`: `dir/bfcl` when it exists, else `dir` itself.
 pub fn data_root(dir: &Path) -> PathBuf {
     let nested = dir.join("bfcl");

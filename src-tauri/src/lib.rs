@@ -8,6 +8,9 @@ pub mod evaluation;
 pub mod secrets;
 pub mod training;
 
+#[cfg(test)]
+mod security_tests;
+
 use std::path::PathBuf;
 
 /// What the host knows at start.

@@ -85,6 +85,9 @@ pub fn forget(name: &str) -> Result<bool, StudioError> {
 }
 
 #[cfg(test)]
+mod leak_tests;
+
+#[cfg(test)]
 mod tests {
     use super::valid_name;
 

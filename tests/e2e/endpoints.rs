@@ -2,7 +2,8 @@
 //! (a tiny model, started in the test) and against a port where nothing listens; an API key
 //! goes to the OS keyring, never to the file, and a missing keyring says so; with a real
 //! Secret Service (GNOME Keyring on a private bus) a stored key reaches the endpoint and a
-//! forgotten one is gone.
+//! forgotten one is gone; the webview's content security policy refuses a fetch beyond the
+//! studio.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -370,6 +371,55 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
     assert!(
         line.contains("the environment variable ENVACE_E2E_KEYRING_KEY is not set and the OS keyring has no key under that name"),
         "{line}"
+    );
+}
+
+#[test]
+fn the_content_security_policy_refuses_a_fetch_beyond_the_studio() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("quickstart.toml");
+    std::fs::write(&config, envace::config::preset("quickstart").unwrap().toml).unwrap();
+    // A server on a loopback port stands for any host: nothing outside this machine can be
+    // reached here, and this one counts the requests that arrive.
+    let (url, seen) = recording_endpoint();
+    let studio = Studio::open(&config, &dir.path().join("runs.sqlite"));
+    let s = studio.s();
+    for target in [format!("{url}/models"), "https://example.com/".to_owned()] {
+        s.script(
+            "window.__cspViolations = []; \
+             document.addEventListener('securitypolicyviolation', \
+                 (e) => window.__cspViolations.push([e.violatedDirective, e.blockedURI])); \
+             window.__fetched = null; \
+             fetch(arguments[0]).then( \
+                 (r) => { window.__fetched = 'answered ' + r.status; }, \
+                 (e) => { window.__fetched = 'refused: ' + e; });",
+            json!([target]),
+        )
+        .unwrap();
+        let done = s
+            .wait_for(
+                "the fetch to end",
+                "return window.__fetched !== null && window.__cspViolations.length > 0 \
+                    && [window.__fetched, window.__cspViolations]",
+                Duration::from_secs(30),
+            )
+            .unwrap();
+        let outcome = done[0].as_str().unwrap();
+        assert!(outcome.starts_with("refused: "), "{target}: {outcome}");
+        let violation = &done[1][0];
+        assert!(
+            violation[0].as_str().unwrap().starts_with("connect-src"),
+            "{target}: {done}"
+        );
+        let origin = target.split('/').take(3).collect::<Vec<_>>().join("/");
+        assert!(
+            violation[1].as_str().unwrap().starts_with(&origin),
+            "{target}: {done}"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the loopback server got a request from the webview"
     );
 }
 

@@ -566,6 +566,9 @@ fn closed_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
+/// The most ureq's protocol layer may log: see [`init_tracing`].
+const UREQ_PROTO_AT_MOST: &str = "ureq_proto=debug";
+
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         // rmcp warns once per message it did not expect, so an MCP server that floods its
@@ -577,6 +580,14 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // At trace level ureq's protocol layer dumps every byte it sends, the Authorization header
+    // with an endpoint's API key included; at debug it logs requests with that header
+    // redacted. It stays at debug whatever RUST_LOG asks, so a key never reaches a log
+    // (`tests/commands/secrets.rs`).
+    let filter = match UREQ_PROTO_AT_MOST.parse() {
+        Ok(cap) => filter.add_directive(cap),
+        Err(_) => filter,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -7,5 +7,6 @@ mod cli;
 mod env;
 mod eval;
 mod resume;
+mod secrets;
 mod serve_model;
 mod train;

@@ -12,14 +12,11 @@
 //! standard input, the other runs the check and the job, and what they write is scanned.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
-use std::collections::HashSet;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use envace_e2e::leaks::{Secret, scan_store, status_of_get, text};
 
 use envace::controller::{Controller, Event, JobOutcome, JobSpec};
 use envace::serve::{LoadedModel, ServeOptions, serve};
@@ -43,78 +40,6 @@ const KEY_VAR: &str = "ENVACE_KEYRING_LEAK_TEST_KEY";
 /// The engine's small training job (3 SFT and 2 GRPO steps, checkpoints, held-out
 /// evaluations), its episodes judged by the endpoint.
 const TINY_JOB: &str = include_str!("../../../crates/envace/tests/fixtures/train/tiny_job.toml");
-
-/// How many consecutive characters of the key's random part count as a leak. A logger that
-/// cuts what it writes into rows (ureq's trace-level dump of the bytes it sends shows 16 a
-/// row) leaves at least that many together; 48 random bits make a match by chance negligible.
-const WINDOW: usize = 12;
-
-/// The planted key and what of it counts as a leak: any `WINDOW` consecutive hex digits of
-/// its random part.
-struct Secret {
-    key: String,
-    windows: HashSet<Vec<u8>>,
-}
-
-impl Secret {
-    /// A key no file or row could hold by chance: a prefix and 48 random hex digits.
-    fn fresh() -> Secret {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let mut random = String::new();
-        for part in 0..3_u64 {
-            let mut hasher = RandomState::new().build_hasher();
-            hasher.write_u64(part);
-            hasher.write_u128(nanos);
-            hasher.write_u32(std::process::id());
-            random.push_str(&format!("{:016x}", hasher.finish()));
-        }
-        let windows = random
-            .as_bytes()
-            .windows(WINDOW)
-            .map(<[u8]>::to_vec)
-            .collect();
-        Secret {
-            key: format!("sk-envace-keyring-leak-{random}"),
-            windows,
-        }
-    }
-
-    /// The first piece of the key `bytes` holds, if any, with the line it is on.
-    fn found_in(&self, bytes: &[u8]) -> Option<String> {
-        let mut run = 0;
-        for (end, byte) in bytes.iter().enumerate() {
-            if byte.is_ascii_digit() || (b'a'..=b'f').contains(byte) {
-                run += 1;
-            } else {
-                run = 0;
-                continue;
-            }
-            if run >= WINDOW {
-                let piece = &bytes[end + 1 - WINDOW..=end];
-                if self.windows.contains(piece) {
-                    let start = bytes[..end]
-                        .iter()
-                        .rposition(|&b| b == b'\n')
-                        .map_or(0, |at| at + 1);
-                    let stop = bytes[end..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(bytes.len(), |at| end + at);
-                    let line: String = text(&bytes[start..stop]).chars().take(300).collect();
-                    return Some(format!("{:?} on the line {line:?}", text(piece)));
-                }
-            }
-        }
-        None
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// The program `name` on `PATH`; the test fails naming the Debian package when it is missing.
 fn need(name: &str, package: &str) -> PathBuf {
@@ -198,22 +123,6 @@ fn tiny_judge_model(dir: &Path) {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     config["max_position_embeddings"] = serde_json::json!(16384);
     std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-}
-
-/// The status line of `GET path`, sent with `Authorization: Bearer KEY` when `key` is given.
-fn status_of_get(addr: &str, path: &str, key: Option<&str>) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let auth = key
-        .map(|key| format!("Authorization: Bearer {key}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.lines().next().unwrap_or_default().to_owned()
 }
 
 /// This test binary again, playing `role` on the bus at `address`, without the key's
@@ -330,47 +239,6 @@ fn files(dir: &Path, skip: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
-/// Every text or blob value of every row of every table (the schema included), scanned for
-/// the key; the leaks found, and the rows read per table.
-fn scan_store(path: &Path, secret: &Secret) -> (Vec<String>, Vec<(String, usize)>) {
-    let db =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    tables.push("sqlite_master".to_owned());
-    let mut leaks = Vec::new();
-    let mut counts = Vec::new();
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns: Vec<String> = statement.column_names().map(str::to_owned).collect();
-        let mut rows = statement.query([]).unwrap();
-        let mut n = 0;
-        while let Some(row) = rows.next().unwrap() {
-            n += 1;
-            for (idx, column) in columns.iter().enumerate() {
-                let bytes = match row.get_ref(idx).unwrap() {
-                    rusqlite::types::ValueRef::Text(bytes)
-                    | rusqlite::types::ValueRef::Blob(bytes) => bytes,
-                    _ => continue,
-                };
-                if let Some(found) = secret.found_in(bytes) {
-                    leaks.push(format!(
-                        "table {table}, column {column}, row {n}: holds {found}"
-                    ));
-                }
-            }
-        }
-        counts.push((table, n));
-    }
-    (leaks, counts)
-}
-
 #[test]
 fn a_key_only_in_the_os_keyring_reaches_the_judge_and_leaks_nowhere() {
     match std::env::var(ROLE).as_deref() {
@@ -379,7 +247,7 @@ fn a_key_only_in_the_os_keyring_reaches_the_judge_and_leaks_nowhere() {
         _ => {}
     }
     let started = std::time::Instant::now();
-    let secret = Secret::fresh();
+    let secret = Secret::fresh("sk-envace-keyring-leak-");
     let rows: Vec<String> = secret
         .key
         .as_bytes()

@@ -9,14 +9,13 @@
 //! its own test (`src-tauri/src/secrets/leak_tests.rs`), which runs a job with the key only
 //! there.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use envace_e2e::leaks::{Secret, scan_store, status_of_get, text};
 
 const BIN: &str = env!("CARGO_BIN_EXE_envace");
 
@@ -26,76 +25,6 @@ const TINY_JOB: &str = include_str!("../../../envace/tests/fixtures/train/tiny_j
 
 /// The environment variable the key travels in, to the server and to the job.
 const KEY_VAR: &str = "ENVACE_LEAK_TEST_API_KEY";
-
-/// How many consecutive characters of the key's random part count as a leak. A logger that
-/// cuts what it writes into rows (ureq's trace-level dump of the bytes it sends shows 16 a
-/// row) leaves at least that many together; 48 random bits make a match by chance negligible.
-const WINDOW: usize = 12;
-
-/// The planted key and what of it counts as a leak: any `WINDOW` consecutive hex digits of its
-/// random part, so a copy that is cut, wrapped into rows or partly masked is found too.
-struct Secret {
-    key: String,
-    windows: std::collections::HashSet<Vec<u8>>,
-}
-
-impl Secret {
-    /// A key no file or row could hold by chance: a prefix and 48 random hex digits, drawn
-    /// from the standard library's per-process random hashing keys, the clock and the process.
-    fn fresh() -> Secret {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let mut random = String::new();
-        for part in 0..3_u64 {
-            let mut hasher = RandomState::new().build_hasher();
-            hasher.write_u64(part);
-            hasher.write_u128(nanos);
-            hasher.write_u32(std::process::id());
-            random.push_str(&format!("{:016x}", hasher.finish()));
-        }
-        let windows = random
-            .as_bytes()
-            .windows(WINDOW)
-            .map(<[u8]>::to_vec)
-            .collect();
-        Secret {
-            key: format!("sk-envace-leak-{random}"),
-            windows,
-        }
-    }
-
-    /// The first piece of the key `bytes` holds, if any, with the line it is on. One pass:
-    /// only runs of at least `WINDOW` lowercase hex digits are looked up.
-    fn found_in(&self, bytes: &[u8]) -> Option<String> {
-        let mut run = 0;
-        for (end, byte) in bytes.iter().enumerate() {
-            if byte.is_ascii_digit() || (b'a'..=b'f').contains(byte) {
-                run += 1;
-            } else {
-                run = 0;
-                continue;
-            }
-            if run >= WINDOW {
-                let piece = &bytes[end + 1 - WINDOW..=end];
-                if self.windows.contains(piece) {
-                    let start = bytes[..end]
-                        .iter()
-                        .rposition(|&b| b == b'\n')
-                        .map_or(0, |at| at + 1);
-                    let stop = bytes[end..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(bytes.len(), |at| end + at);
-                    let line: String = text(&bytes[start..stop]).chars().take(300).collect();
-                    return Some(format!("{:?} on the line {line:?}", text(piece)));
-                }
-            }
-        }
-        None
-    }
-}
 
 /// Every process of the test runs with its home, data, cache, config, state and temporary
 /// folders (and `ENVACE_HOME`) inside one temporary folder, so any file one of them writes is
@@ -239,22 +168,6 @@ fn start_server(sandbox: &Sandbox, secret: &Secret, model: &Path) -> Server {
     }
 }
 
-/// The status line of `GET path`, sent with `Authorization: Bearer KEY` when `key` is given.
-fn status_of_get(addr: &str, path: &str, key: Option<&str>) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let auth = key
-        .map(|key| format!("Authorization: Bearer {key}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.lines().next().unwrap_or_default().to_owned()
-}
-
 /// Stops the server as Ctrl-C does; what it wrote to stdout and to stderr.
 fn stop_server(mut server: Server) -> (String, String) {
     let sent = Command::new("kill")
@@ -273,56 +186,10 @@ fn stop_server(mut server: Server) -> (String, String) {
     (stdout, stderr)
 }
 
-/// Every text or blob value of every row of every table (the schema included), scanned for
-/// the key; the leaks found, each naming its table, column and row, and the rows read per
-/// table.
-fn scan_store(path: &Path, secret: &Secret) -> (Vec<String>, Vec<(String, usize)>) {
-    let db =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let mut tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |row| row.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    tables.push("sqlite_master".to_owned());
-    let mut leaks = Vec::new();
-    let mut counts = Vec::new();
-    for table in tables {
-        let mut statement = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
-        let columns: Vec<String> = statement.column_names().map(str::to_owned).collect();
-        let mut rows = statement.query([]).unwrap();
-        let mut n = 0;
-        while let Some(row) = rows.next().unwrap() {
-            n += 1;
-            for (idx, column) in columns.iter().enumerate() {
-                let bytes = match row.get_ref(idx).unwrap() {
-                    rusqlite::types::ValueRef::Text(bytes)
-                    | rusqlite::types::ValueRef::Blob(bytes) => bytes,
-                    _ => continue,
-                };
-                if let Some(found) = secret.found_in(bytes) {
-                    leaks.push(format!(
-                        "table {table}, column {column}, row {n}: holds {found}"
-                    ));
-                }
-            }
-        }
-        counts.push((table, n));
-    }
-    (leaks, counts)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 #[test]
 fn an_api_key_a_job_uses_is_in_no_store_row_log_line_checkpoint_or_export() {
     let started = Instant::now();
-    let secret = Secret::fresh();
+    let secret = Secret::fresh("sk-envace-leak-");
     // The scanner finds the key whole, and cut into rows of 16 as a hex dump shows it.
     assert!(
         secret

@@ -580,18 +580,23 @@ async fn chat_completion(
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
     let n_prompt = prompt.len();
-    if call.stream {
-        let (token_tx, tokens) = tokio::sync::mpsc::unbounded_channel();
-        state
-            .jobs
-            .send(Job {
-                prompt,
-                max_new_tokens,
-                sampling,
-                reply,
-                tokens: Some(token_tx),
-            })
-            .map_err(|_| worker_gone())?;
+    let (token_tx, tokens) = if call.stream {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        (Some(sender), Some(receiver))
+    } else {
+        (None, None)
+    };
+    state
+        .jobs
+        .send(Job {
+            prompt,
+            max_new_tokens,
+            sampling,
+            reply,
+            tokens: token_tx,
+        })
+        .map_err(|_| worker_gone())?;
+    if let Some(tokens) = tokens {
         let (out, events) = tokio::sync::mpsc::unbounded_channel();
         let streamed = StreamedCall {
             n_prompt,
@@ -608,16 +613,6 @@ async fn chat_completion(
         ));
         return Ok(Answer::Events(EventBody(events)));
     }
-    state
-        .jobs
-        .send(Job {
-            prompt,
-            max_new_tokens,
-            sampling,
-            reply,
-            tokens: None,
-        })
-        .map_err(|_| worker_gone())?;
     let outcome = answer.await.map_err(|_| worker_gone())?;
     state.counters.n_requests.fetch_add(1, Ordering::Relaxed);
     let generated = outcome.map_err(|message| ApiError {

@@ -14,8 +14,8 @@ use crate::StudioState;
 use crate::contract::{
     CallView, ConfigCheck, DeviceCheck, DiffLine, Document, Edit, EndpointCheck, EpisodePage,
     EpisodeView, EvalSeries, EvalTaskView, FidelityScores, FieldIssue, GroupMemberView, GroupView,
-    MessageView, MetricSeries, PathPick, PresetInfo, RunEvals, RunInfo, RunMetrics, RunSetup,
-    StudioError, TurnView, finite,
+    MessageView, MetricSeries, PathPick, PendingMcpServer, PresetInfo, RunEvals, RunInfo,
+    RunMetrics, RunSetup, StudioError, TurnView, finite,
 };
 use crate::training::Training;
 use envace::controller::{Command, JobSpec};
@@ -291,6 +291,43 @@ fn run_id(run: i32) -> RunId {
 
 fn open_store(state: &StudioState, what: &str) -> Result<Store, StudioError> {
     Store::open(&state.store_path).map_err(|err| StudioError::from_engine(what, &err))
+}
+
+/// The stdio MCP servers `toml` starts whose exact command lines are not confirmed yet; the
+/// training view shows them and asks before it starts the job.
+#[tauri::command]
+#[specta::specta]
+pub fn pending_mcp_servers(toml: String) -> Result<Vec<PendingMcpServer>, StudioError> {
+    let config = config::parse(&toml, UNSAVED).map_err(|errors| {
+        StudioError::from_engine("Cannot read the config", &envace::Error::Config(errors))
+    })?;
+    if config.env.mcp_servers.iter().all(|s| s.command.is_empty()) {
+        return Ok(Vec::new());
+    }
+    let path = envace::trust::default_path()
+        .map_err(|err| StudioError::from_engine("Cannot find the confirmations", &err))?;
+    let pending = envace::trust::pending(&config, &path)
+        .map_err(|err| StudioError::from_engine("Cannot read the confirmations", &err))?;
+    Ok(pending
+        .into_iter()
+        .map(|p| PendingMcpServer {
+            field: p.field,
+            domain: p.domain,
+            argv: p.argv,
+            command_line: p.command_line,
+        })
+        .collect())
+}
+
+/// Records that the user confirmed running `argv` as an MCP server (shared with `envace
+/// config confirm-mcp`).
+#[tauri::command]
+#[specta::specta]
+pub fn confirm_mcp_server(argv: Vec<String>) -> Result<(), StudioError> {
+    let path = envace::trust::default_path()
+        .map_err(|err| StudioError::from_engine("Cannot find the confirmations", &err))?;
+    envace::trust::confirm(&path, &argv)
+        .map_err(|err| StudioError::from_engine("Cannot record the confirmation", &err))
 }
 
 /// Starts training `toml` on the engine's controller (or continues `resume_run` from its latest

@@ -93,6 +93,19 @@ pub struct RunSetup {
     pub judge: String,
 }
 
+/// A stdio MCP server a config starts whose command line the user has not confirmed yet.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct PendingMcpServer {
+    /// Where the config names it, e.g. `env.mcp_servers[0]`.
+    pub field: String,
+    /// The domain it answers.
+    pub domain: String,
+    /// The program and its arguments, exactly as they will run.
+    pub argv: Vec<String>,
+    /// The same as one shell-quoted line, for the user to read.
+    pub command_line: String,
+}
+
 /// An engine failure as the front end shows it: what failed, and the file or field at fault.
 #[derive(Debug, Clone, Serialize, Type)]
 pub struct StudioError {

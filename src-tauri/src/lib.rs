@@ -42,6 +42,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::open_config,
             commands::diff_against_preset,
             commands::list_runs,
+            commands::pending_mcp_servers,
+            commands::confirm_mcp_server,
             commands::start_training,
             commands::pause_training,
             commands::resume_training,

@@ -23,6 +23,8 @@ const EXPECTED_COMMANDS: &[&str] = &[
     "open_config",
     "diff_against_preset",
     "list_runs",
+    "pending_mcp_servers",
+    "confirm_mcp_server",
     "start_training",
     "pause_training",
     "resume_training",

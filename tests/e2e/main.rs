@@ -8,6 +8,7 @@ mod benchmarks;
 mod close;
 mod endpoints;
 mod evaluate;
+mod mcp_confirm;
 mod monitor;
 mod pickers;
 mod training;

@@ -62,12 +62,12 @@ max_tasks = 2
 
 const TRAINING: Duration = Duration::from_secs(240);
 
-fn wait_state(studio: &Studio, what: &str, script: &str) {
+pub(super) fn wait_state(studio: &Studio, what: &str, script: &str) {
     studio.s().wait_for(what, script, TRAINING).unwrap();
 }
 
 /// Waits until the job has ended with `stopped` (the Stop button was honoured).
-fn wait_stopped(studio: &Studio) {
+pub(super) fn wait_stopped(studio: &Studio) {
     let outcome = studio
         .s()
         .wait_for(

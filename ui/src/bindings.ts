@@ -37,6 +37,16 @@ export const commands = {
 	/**  The runs in the store, newest first. */
 	listRuns: () => typedError<RunInfo[], StudioError>(__TAURI_INVOKE("list_runs")),
 	/**
+	 *  The stdio MCP servers `toml` starts whose exact command lines are not confirmed yet; the
+	 *  training view shows them and asks before it starts the job.
+	 */
+	pendingMcpServers: (toml: string) => typedError<PendingMcpServer[], StudioError>(__TAURI_INVOKE("pending_mcp_servers", { toml })),
+	/**
+	 *  Records that the user confirmed running `argv` as an MCP server (shared with `envace
+	 *  config confirm-mcp`).
+	 */
+	confirmMcpServer: (argv: string[]) => typedError<null, StudioError>(__TAURI_INVOKE("confirm_mcp_server", { argv })),
+	/**
 	 *  Starts training `toml` on the engine's controller (or continues `resume_run` from its latest
 	 *  checkpoint); progress arrives as `training-event` events. Returns the run.
 	 */
@@ -407,6 +417,18 @@ export type PathPick =
 "folder" | 
 /**  A GGUF model file. */
 "gguf_file";
+
+/**  A stdio MCP server a config starts whose command line the user has not confirmed yet. */
+export type PendingMcpServer = {
+	/**  Where the config names it, e.g. `env.mcp_servers[0]`. */
+	field: string,
+	/**  The domain it answers. */
+	domain: string,
+	/**  The program and its arguments, exactly as they will run. */
+	argv: string[],
+	/**  The same as one shell-quoted line, for the user to read. */
+	command_line: string,
+};
 
 /**  A preset experiment the editor can start from. */
 export type PresetInfo = {

@@ -10,6 +10,7 @@ import { CHARTS, SeriesStore, formatDuration, formatValue, keysFor } from "./cha
 import { ChartPanel, xAxisSelect } from "./charts";
 import { h } from "./dom";
 import { DriftPanel } from "./drift";
+import { askToRunMcpServers } from "./mcpConfirm";
 
 type JobState = "idle" | "starting" | "running" | "pausing" | "paused" | "stopping";
 
@@ -134,7 +135,9 @@ export class TrainingView {
     this.setState("starting");
     this.message.textContent = "";
     this.message.className = "message";
-    const result = await commands.startTraining(this.getToml(), null);
+    const toml = this.getToml();
+    if (!(await this.confirmMcpServers(toml))) return this.setState("idle");
+    const result = await commands.startTraining(toml, null);
     if (result.status === "error") {
       this.setState("idle");
       return this.showError(result.error);
@@ -157,6 +160,7 @@ export class TrainingView {
     const config = await commands.runConfig(run);
     if (config.status === "error") return this.showError(config.error);
     this.setState("starting");
+    if (!(await this.confirmMcpServers(config.data))) return this.setState("idle");
     const result = await commands.startTraining(config.data, run);
     if (result.status === "error") {
       this.setState("idle");
@@ -271,6 +275,29 @@ export class TrainingView {
     });
     this.heatmap.update(this.store);
     this.drift.update(this.store);
+  }
+
+  /** Asks about the stdio MCP servers `toml` would start that are not confirmed yet; true when
+   * there are none left (confirmed now or before), false when the user declined or it failed. */
+  private async confirmMcpServers(toml: string): Promise<boolean> {
+    const pending = await commands.pendingMcpServers(toml);
+    if (pending.status === "error") {
+      this.showError(pending.error);
+      return false;
+    }
+    if (pending.data.length === 0) return true;
+    if (!(await askToRunMcpServers(pending.data))) {
+      this.showInfo("Not started: the experiment's MCP server commands were not confirmed.");
+      return false;
+    }
+    for (const server of pending.data) {
+      const confirmed = await commands.confirmMcpServer(server.argv);
+      if (confirmed.status === "error") {
+        this.showError(confirmed.error);
+        return false;
+      }
+    }
+    return true;
   }
 
   private showError(error: StudioError): void {

@@ -145,6 +145,9 @@ fn config_command(command: ConfigCommand) -> Result<ExitCode> {
             emit(out.as_deref(), force, text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
+        ConfigCommand::ConfirmMcp { config: file, yes } => {
+            crate::confirm_mcp::confirm_command(&file, yes)
+        }
         ConfigCommand::Presets => {
             for preset in config::PRESETS {
                 out!("{:<18} {}", preset.name, preset.summary);

@@ -12,6 +12,7 @@ macro_rules! out {
 }
 
 mod commands;
+mod confirm_mcp;
 mod env_commands;
 mod eval_command;
 mod monitor_command;
@@ -410,6 +411,16 @@ enum ConfigCommand {
     },
     /// List the presets.
     Presets,
+    /// Show the exact command line of each stdio MCP server the config starts
+    /// (`[[env.mcp_servers]]`) and ask to confirm it; a job runs only confirmed commands.
+    ConfirmMcp {
+        /// The experiment config (TOML).
+        #[arg(value_name = "FILE")]
+        config: PathBuf,
+        /// Confirm every command shown without asking.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Write the generated tasks a job with this config trains or evaluates on, exactly as
     /// the job generates them (same seeds, sizes and order), one JSON object per line: id,
     /// family, request, checklists (the rule judge's standards) and the oracle trajectory.

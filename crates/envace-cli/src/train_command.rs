@@ -52,6 +52,7 @@ pub fn train(
         }
         None => None,
     };
+    crate::confirm_mcp::prompt_before_training(&experiment, config_path)?;
     if experiment.backend.n_threads > 0 {
         crate::pin_compute_threads(Some(experiment.backend.n_threads as usize));
     }

@@ -113,8 +113,11 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Creates (or reopens) the run and starts the job on a worker thread.
+    /// Creates (or reopens) the run and starts the job on a worker thread; fails without
+    /// writing anything when the experiment names an unconfirmed stdio MCP server.
     pub fn start(spec: JobSpec) -> Result<Controller> {
+        // An unconfirmed MCP command is refused before the store is touched.
+        crate::trust::check_default(&spec.config)?;
         let store = Store::open(&spec.store_path)?;
         let run = match spec.resume {
             Some(run) => {

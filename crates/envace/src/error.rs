@@ -233,6 +233,16 @@ pub enum Error {
         message: String,
     },
 
+    /// The experiment names stdio MCP servers whose exact command lines the user has not
+    /// confirmed (see [`crate::trust`]); nothing was run or written.
+    #[error(
+        "the experiment runs MCP servers whose command lines have not been confirmed: {servers}; confirm each once (`envace config confirm-mcp CONFIG`, or the studio's prompt when the run starts) before it runs"
+    )]
+    McpUnconfirmed {
+        /// Each as `field: \`command line\``, comma-separated.
+        servers: String,
+    },
+
     /// An MCP server could not be served, reached or initialised; names the server.
     #[error("MCP {server}: {message}")]
     Mcp {

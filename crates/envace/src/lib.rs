@@ -31,5 +31,6 @@ pub mod serve;
 pub mod store;
 pub mod tasks;
 pub mod tokenize;
+pub mod trust;
 
 pub use error::{Error, Result};

@@ -56,13 +56,95 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceError, Servi
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::config::Domain;
+use crate::config::{Domain, ExperimentConfig};
 use crate::env::functions::FunctionsEnv;
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::env::{
     EnvFault, Environment, ErrorCode, ToolFailure, ToolOutcome, ToolSet, ToolSpec, render_outcome,
 };
 use crate::error::{Error, Result};
+use crate::tasks::GenSources;
+
+/// The real environments of a job's episodes: the built-in domain, or the MCP server that
+/// `[[env.mcp_servers]]` names for it, one new connection per episode (so every episode starts
+/// from the server's initial state).
+#[derive(Debug, Clone, Default)]
+pub struct RealEnvs {
+    servers: Vec<(Domain, McpServer, McpOptions)>,
+}
+
+impl RealEnvs {
+    /// Checks the experiment's servers: a stdio command must be confirmed (see
+    /// [`crate::trust`]; unconfirmed ones fail before anything runs), and each server is
+    /// reached once and must offer every tool of its built-in domain.
+    pub fn open(config: &ExperimentConfig, sources: &GenSources) -> Result<Self> {
+        if config.env.mcp_servers.is_empty() {
+            return Ok(RealEnvs::default());
+        }
+        crate::trust::check_default(config)?;
+        let mut servers = Vec::with_capacity(config.env.mcp_servers.len());
+        for (idx, entry) in config.env.mcp_servers.iter().enumerate() {
+            let server = match (entry.command.split_first(), &entry.url) {
+                (Some((program, args)), _) => McpServer::Command {
+                    program: program.clone(),
+                    args: args.to_vec(),
+                    env: Vec::new(),
+                },
+                (None, Some(url)) => McpServer::Http { url: url.clone() },
+                (None, None) => {
+                    return Err(Error::Mcp {
+                        server: format!("env.mcp_servers[{idx}]"),
+                        message: "names neither a command nor a url".to_owned(),
+                    });
+                }
+            };
+            let options = McpOptions {
+                connect_timeout_secs: entry.timeout_secs,
+                call_timeout_secs: entry.timeout_secs,
+                ..McpOptions::default()
+            };
+            let remote =
+                McpEnvironment::connect(server.clone(), options).map_err(|err| Error::Mcp {
+                    server: format!("env.mcp_servers[{idx}] ({server})"),
+                    message: err.to_string(),
+                })?;
+            let builtin = crate::tasks::fresh_env(entry.domain, sources)?;
+            let missing: Vec<&str> = builtin
+                .tools()
+                .iter()
+                .map(|spec| spec.name.as_str())
+                .filter(|name| remote.tools().iter().all(|t| t.name != *name))
+                .collect();
+            if !missing.is_empty() {
+                return Err(Error::Mcp {
+                    server: format!("env.mcp_servers[{idx}] ({server})"),
+                    message: format!(
+                        "does not offer these tools of the {:?} domain: {}",
+                        entry.domain,
+                        missing.join(", ")
+                    ),
+                });
+            }
+            servers.push((entry.domain, server, options));
+        }
+        Ok(RealEnvs { servers })
+    }
+
+    /// A fresh real environment of `domain` for one episode.
+    pub fn make(&self, domain: Domain, sources: &GenSources) -> Result<Box<dyn Environment>> {
+        match self.servers.iter().find(|(d, _, _)| *d == domain) {
+            Some((_, server, options)) => {
+                Ok(Box::new(McpEnvironment::connect(server.clone(), *options)?))
+            }
+            None => crate::tasks::fresh_env(domain, sources),
+        }
+    }
+
+    /// Whether any domain is answered by an MCP server.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
 
 /// Makes a fresh environment (one per MCP session).
 #[derive(Clone)]

@@ -6,6 +6,7 @@ mod bad_inputs;
 mod cli;
 mod env;
 mod eval;
+mod mcp_servers;
 mod resume;
 mod secrets;
 mod serve_model;

@@ -501,6 +501,33 @@ pub struct EnvConfig {
     /// The external simulator, required when `tool_response_mode = "external"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<EndpointConfig>,
+    /// MCP servers that are the real environment of a domain: every real tool call of an
+    /// episode (rollouts, fidelity replays, evaluations) goes to the server instead of the
+    /// built-in domain, while tasks, their oracles and the rule judge stay built-in. A stdio
+    /// server's command runs only after the user has confirmed its exact command line once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerConfig>,
+}
+
+/// `[[env.mcp_servers]]`: an MCP server answering one domain's tool calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The domain whose tools the server offers (it must list every one of them).
+    pub domain: Domain,
+    /// A stdio server: the program and its arguments, run in the job's working directory
+    /// after the user confirms this exact command line (once; a changed line asks again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = {"type": "string", "minLength": 1}))]
+    pub command: Vec<String>,
+    /// A streamable-HTTP server instead of a command, e.g. `http://127.0.0.1:8931/mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^https?://[^\s/]+"))]
+    pub url: Option<String>,
+    /// Seconds to wait for the server to start and for each tool call.
+    #[serde(default = "defaults::mcp_timeout_secs")]
+    #[schemars(range(min = 0.1, max = 3600.0))]
+    pub timeout_secs: f64,
 }
 
 impl Default for EnvConfig {
@@ -520,6 +547,7 @@ impl Default for EnvConfig {
             few_shot_source: FewShotSource::default(),
             families: Vec::new(),
             external: None,
+            mcp_servers: Vec::new(),
         }
     }
 }
@@ -1169,6 +1197,9 @@ mod defaults {
     }
     pub fn timeout_secs() -> f64 {
         60.0
+    }
+    pub fn mcp_timeout_secs() -> f64 {
+        30.0
     }
     pub fn max_retries() -> u32 {
         3

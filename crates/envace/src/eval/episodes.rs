@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::config::{ExperimentConfig, RlConfig};
+use crate::config::{Domain, ExperimentConfig, RlConfig};
+use crate::env::Environment;
 use crate::error::Result;
 use crate::judge::EpisodeJudge;
 use crate::model::{Policy, Sampling};
@@ -14,7 +15,7 @@ use crate::rollout::{
     EpisodeRecord, EpisodeSpec, PolicyGenerator, ResponseMode, RolloutSettings, TokenCodec,
     run_batch,
 };
-use crate::tasks::{self, GenSources, GenTask};
+use crate::tasks::{GenSources, GenTask};
 
 /// What running a policy's episodes reads of a training job (`rl::session::Session` is one):
 /// the experiment, the policy and its token codec, the task sources, the judge and the
@@ -32,6 +33,9 @@ pub trait PolicyJob {
     fn judge(&self) -> &dyn EpisodeJudge;
     /// Real responses for few-shot rehearse prompts (copied, never changed, by episodes here).
     fn cache(&self) -> &ResponseCache;
+    /// A fresh real environment of `domain` for one episode: the built-in domain, or the MCP
+    /// server `[[env.mcp_servers]]` names for it.
+    fn real_env(&self, domain: Domain) -> Result<Box<dyn Environment>>;
 }
 
 /// The rollout settings of step `step`: the experiment's, with a seed derived from the step.
@@ -68,7 +72,7 @@ pub fn episode_specs(
         for _ in 0..group_size {
             specs.push(EpisodeSpec {
                 task: task.clone(),
-                env: tasks::fresh_env(task.domain, job.sources())?,
+                env: job.real_env(task.domain)?,
                 group: task.id.clone(),
                 memory: None,
             });

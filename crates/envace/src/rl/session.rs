@@ -24,10 +24,12 @@ use crate::chat::ChatTemplate;
 use crate::config::{
     Domain, ExperimentConfig, InitConfig, JudgeKind, ModelSource, TaskSplit, ToolResponseMode,
 };
+use crate::env::Environment;
 use crate::env::tau2::{DomainKind, Tau2Domain};
 use crate::error::{Error, Result};
 use crate::eval::episodes::PolicyJob;
 use crate::judge::{EpisodeJudge, LlmJudge, RuleJudge};
+use crate::mcp::RealEnvs;
 use crate::model::{self, Gguf, Policy, TransformerConfig};
 use crate::openai::ChatClient;
 use crate::rehearse::{Example, ResponseCache, SYSTEM_PROMPT, execution_result_block};
@@ -87,6 +89,8 @@ pub struct Session {
     pub optimizer: Option<AdamW>,
     /// Loaded τ²-bench data.
     pub sources: GenSources,
+    /// The episodes' real environments (built-in, or MCP servers the config names).
+    pub real_envs: RealEnvs,
     /// Decides episode scores.
     pub judge: Box<dyn EpisodeJudge + Send>,
     /// The external simulator, when `[env].tool_response_mode = "external"`.
@@ -121,6 +125,9 @@ impl PolicyJob for Session {
     }
     fn cache(&self) -> &ResponseCache {
         &self.cache
+    }
+    fn real_env(&self, domain: Domain) -> Result<Box<dyn Environment>> {
+        self.real_envs.make(domain, &self.sources)
     }
 }
 
@@ -400,6 +407,7 @@ impl Session {
             Phase::Rl
         };
         Ok(Session {
+            real_envs: RealEnvs::open(&config, &sources)?,
             judge: make_judge(&config, &sources)?,
             simulator: make_simulator(&config)?,
             config,
@@ -464,6 +472,7 @@ impl Session {
             None
         };
         Ok(Session {
+            real_envs: RealEnvs::open(&config, &sources)?,
             judge: make_judge(&config, &sources)?,
             simulator: make_simulator(&config)?,
             config,

@@ -24,7 +24,7 @@ use std::time::Instant;
 use crate::chat;
 use crate::config::PolicyRole;
 use crate::error::{Error, Result};
-use crate::eval::episodes::episode_specs;
+use crate::eval::episodes::{PolicyJob, episode_specs};
 use crate::eval::rehearsal::{AttemptSummary, CallSummary, MEMORY_HEADER, memory_text};
 use crate::rehearse::{ResponseCache, outcome_json, render_for_agent};
 use crate::rng::Rng;
@@ -348,7 +348,7 @@ fn memory_items(
         let memory = memory_text(&attempts, &session.codec, max_tokens)?;
         memory_specs.push(EpisodeSpec {
             task: task.clone(),
-            env: tasks::fresh_env(task.domain, &session.sources)?,
+            env: session.real_env(task.domain)?,
             group: task.id.clone(),
             memory: Some(memory),
         });

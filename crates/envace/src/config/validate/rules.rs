@@ -117,6 +117,41 @@ pub(super) fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, Stri
             "tool_response_mode = \"external\" needs an [env.external] table with the simulator's url and model".into(),
         );
     }
+    for (idx, server) in env.mcp_servers.iter().enumerate() {
+        let at = format!("env.mcp_servers[{idx}]");
+        match (server.command.is_empty(), &server.url) {
+            (true, None) => issue(
+                &at,
+                "name the server: `command = [\"program\", \"arg\", …]` for a stdio server or `url = \"http://…\"`".into(),
+            ),
+            (false, Some(_)) => issue(
+                &format!("{at}.url"),
+                "give either command or url, not both".into(),
+            ),
+            _ => {}
+        }
+        if !env.domains.contains(&server.domain) {
+            issue(
+                &format!("{at}.domain"),
+                format!(
+                    "\"{}\" is not in env.domains, so no task would use this server",
+                    serde_name(server.domain)
+                ),
+            );
+        }
+        if env.mcp_servers[..idx]
+            .iter()
+            .any(|earlier| earlier.domain == server.domain)
+        {
+            issue(
+                &format!("{at}.domain"),
+                format!(
+                    "\"{}\" already has an MCP server; a domain has at most one",
+                    serde_name(server.domain)
+                ),
+            );
+        }
+    }
     if config.judge.kind == JudgeKind::Llm && config.judge.endpoint.is_none() {
         issue(
             "judge.kind",

@@ -7,14 +7,12 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use envace::serve::{LoadedModel, ServeOptions, serve};
 use serde_json::json;
 
 use super::Studio;
-use envace_e2e::launch::{self, Guard};
 
 /// A tiny Llama with a trained tokenizer, saved as a Hugging Face folder.
 fn tiny_model(dir: &Path) {
@@ -210,55 +208,6 @@ fn check_error(studio: &Studio, at: &str) -> (bool, String) {
     (ok == json!(true), line.as_str().unwrap().to_owned())
 }
 
-/// Starts a private D-Bus session bus with GNOME Keyring's Secret Service on it, its login
-/// keyring created and unlocked under `home` (a temporary folder); returns the bus (the
-/// keyring daemon exits with it) and its address.
-fn start_keyring(home: &Path) -> (Guard, String) {
-    let dbus = launch::need("dbus-daemon", "dbus-daemon");
-    let daemon = launch::need("gnome-keyring-daemon", "gnome-keyring");
-    let mut bus = Command::new(dbus)
-        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start dbus-daemon");
-    let mut address = String::new();
-    BufReader::new(bus.stdout.take().expect("dbus-daemon's stdout is piped"))
-        .read_line(&mut address)
-        .expect("cannot read the bus address from dbus-daemon");
-    let bus = Guard(bus);
-    let address = address.trim().to_owned();
-    assert!(
-        address.starts_with("unix:"),
-        "dbus-daemon printed {address:?}"
-    );
-    let mut keyring = Command::new(daemon)
-        .args(["--unlock", "--components=secrets"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_RUNTIME_DIR", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start gnome-keyring-daemon");
-    {
-        use std::io::Write;
-        let mut stdin = keyring.stdin.take().expect("the daemon's stdin is piped");
-        stdin
-            .write_all(b"envace-e2e")
-            .expect("cannot give the keyring its password");
-    }
-    // The launcher forks the daemon, which stays on the bus, and exits once it is set up.
-    let status = keyring.wait().expect("gnome-keyring-daemon did not exit");
-    assert!(
-        status.success(),
-        "gnome-keyring-daemon --unlock failed ({status})"
-    );
-    (bus, address)
-}
-
 /// A stand-in endpoint on a loopback port: every request gets 401, and the `Authorization`
 /// header of each is kept (an empty string when it had none).
 fn recording_endpoint() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
@@ -299,7 +248,7 @@ fn a_key_in_a_real_keyring_reaches_the_endpoint_and_forgetting_removes_it() {
     let home = dir.path().join("keyring-home");
     std::fs::create_dir_all(&home).unwrap();
     // Declared before the studio, so that the bus outlives it.
-    let (_bus, address) = start_keyring(&home);
+    let (_bus, address) = envace_e2e::leaks::start_keyring(&home, "envace-e2e");
     let (url, seen) = recording_endpoint();
     let config = dir.path().join("keyed.toml");
     let text = envace::config::preset("quickstart")

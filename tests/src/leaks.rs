@@ -5,10 +5,13 @@
 use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::launch::{Guard, need};
 
 /// How many consecutive characters of the key's random part count as a leak. A logger that
 /// cuts what it writes into rows (ureq's trace-level dump of the bytes it sends shows 16 a
@@ -144,4 +147,52 @@ pub fn status_of_get(addr: &str, path: &str, key: Option<&str>) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     response.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Starts a private D-Bus session bus with GNOME Keyring's Secret Service on it, its login
+/// keyring created under `home` and unlocked with `password`; returns the bus (the keyring
+/// daemon exits with it) and its address, for `DBUS_SESSION_BUS_ADDRESS`.
+pub fn start_keyring(home: &Path, password: &str) -> (Guard, String) {
+    let dbus = need("dbus-daemon", "dbus-daemon");
+    let daemon = need("gnome-keyring-daemon", "gnome-keyring");
+    let mut bus = Command::new(dbus)
+        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start dbus-daemon");
+    let mut address = String::new();
+    BufReader::new(bus.stdout.take().expect("dbus-daemon's stdout is piped"))
+        .read_line(&mut address)
+        .expect("cannot read the bus address from dbus-daemon");
+    let bus = Guard(bus);
+    let address = address.trim().to_owned();
+    assert!(
+        address.starts_with("unix:"),
+        "dbus-daemon printed {address:?}"
+    );
+    let mut keyring = Command::new(daemon)
+        .args(["--unlock", "--components=secrets"])
+        .env("DBUS_SESSION_BUS_ADDRESS", &address)
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_RUNTIME_DIR", home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start gnome-keyring-daemon");
+    keyring
+        .stdin
+        .take()
+        .expect("the daemon's stdin is piped")
+        .write_all(password.as_bytes())
+        .expect("cannot give the keyring its password");
+    // The launcher forks the daemon, which stays on the bus, and exits once it is set up.
+    let status = keyring.wait().expect("gnome-keyring-daemon did not exit");
+    assert!(
+        status.success(),
+        "gnome-keyring-daemon --unlock failed ({status})"
+    );
+    (bus, address)
 }

@@ -12,9 +12,9 @@
 //! standard input, the other runs the check and the job, and what they write is scanned.
 #![allow(clippy::unwrap_used)] // Test code: a panic here is the test failing, with its message.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use envace_e2e::leaks::{Secret, scan_store, status_of_get, text};
 
@@ -40,78 +40,6 @@ const KEY_VAR: &str = "ENVACE_KEYRING_LEAK_TEST_KEY";
 /// The engine's small training job (3 SFT and 2 GRPO steps, checkpoints, held-out
 /// evaluations), its episodes judged by the endpoint.
 const TINY_JOB: &str = include_str!("../../../crates/envace/tests/fixtures/train/tiny_job.toml");
-
-/// The program `name` on `PATH`; the test fails naming the Debian package when it is missing.
-fn need(name: &str, package: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(name))
-        .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} is not installed: this test runs a real Secret Service; `cargo xtask setup` installs the Debian package {package}"
-            )
-        })
-}
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts a private D-Bus session bus with GNOME Keyring's Secret Service on it, its login
-/// keyring created and unlocked under `home`; the bus (the keyring daemon exits with it) and
-/// its address.
-fn start_keyring(home: &Path) -> (Killed, String) {
-    let dbus = need("dbus-daemon", "dbus-daemon");
-    let daemon = need("gnome-keyring-daemon", "gnome-keyring");
-    let mut bus = Command::new(dbus)
-        .args(["--session", "--nofork", "--nopidfile", "--print-address=1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut address = String::new();
-    BufReader::new(bus.stdout.take().unwrap())
-        .read_line(&mut address)
-        .unwrap();
-    let bus = Killed(bus);
-    let address = address.trim().to_owned();
-    assert!(
-        address.starts_with("unix:"),
-        "dbus-daemon printed {address:?}"
-    );
-    let mut keyring = Command::new(daemon)
-        .args(["--unlock", "--components=secrets"])
-        .env("DBUS_SESSION_BUS_ADDRESS", &address)
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_RUNTIME_DIR", home)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    keyring
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"envace-leak-test")
-        .unwrap();
-    // The launcher forks the daemon, which stays on the bus, and exits once it is set up.
-    let status = keyring.wait().unwrap();
-    assert!(
-        status.success(),
-        "gnome-keyring-daemon --unlock failed ({status})"
-    );
-    (bus, address)
-}
 
 /// A tiny Llama with a trained tokenizer as a Hugging Face folder, its context widened so a
 /// judge's prompt and 512 new tokens fit (positions are rotary: no weight depends on it).
@@ -264,7 +192,7 @@ fn a_key_only_in_the_os_keyring_reaches_the_judge_and_leaks_nowhere() {
     // GNOME Keyring keeps its (encrypted) keyring file here: where the key belongs, so the
     // one folder not scanned.
     let keyring_home = dir.join("keyring");
-    let (_bus, address) = start_keyring(&keyring_home);
+    let (_bus, address) = envace_e2e::leaks::start_keyring(&keyring_home, "envace-leak-test");
 
     // The judge: our own server, 401 without the key or with another, 200 with it.
     let model = dir.join("judge-model");

@@ -171,9 +171,10 @@ fn ensure_assets() -> Result<()> {
         )?;
     }
 
-    // The official OpenAI Python client, which a test streams replies from `serve-model` with.
+    // The official OpenAI Python client, which a test streams replies from `serve-model` with,
+    // and pyarrow, which reads back the Parquet dataset `envace export verl` writes.
     let python = cache.join("python");
-    if !python.join("openai/__init__.py").exists() {
+    if !python.join("openai/__init__.py").exists() || !python.join("pyarrow/__init__.py").exists() {
         let tmp = tempdir(&cache, "python")?;
         run(
             Command::new("python3")
@@ -188,8 +189,8 @@ fn ensure_assets() -> Result<()> {
                     "--target",
                 ])
                 .arg(&tmp)
-                .arg("openai==3.63.0"),
-            "install the official openai Python client from PyPI",
+                .args(["openai==3.63.0", "pyarrow==26.0.1"]),
+            "install the official openai Python client and pyarrow from PyPI",
         )?;
         let _ = std::fs::remove_dir_all(&python);
         std::fs::rename(&tmp, &python)

@@ -42,6 +42,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             let path = store_or_default(cli.store)?;
             crate::train_command::train(&config, resume.as_deref(), &path, monitor)
         }
+        Command::Export(crate::ExportCommand::Verl {
+            config,
+            out,
+            sets,
+            force,
+        }) => crate::verl_commands::export_verl(&config, &out, &sets, force),
+        Command::Import(crate::ImportCommand::Verl { dir }) => {
+            let path = store_or_default(cli.store)?;
+            crate::verl_commands::import_verl(&dir, &path)
+        }
         Command::Monitor { runs } => {
             let path = store_or_default(cli.store)?;
             crate::monitor_command::monitor(&path, &runs)

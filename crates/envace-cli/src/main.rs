@@ -18,6 +18,7 @@ mod eval_command;
 mod monitor_command;
 mod serve_commands;
 mod train_command;
+mod verl_commands;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,6 +48,40 @@ struct Cli {
     command: Command,
 }
 
+/// `envace export …`.
+#[derive(Debug, Subcommand)]
+enum ExportCommand {
+    /// The launcher folder for the reference EnvACE trainer (verl on Ray): run.sh, README.md,
+    /// the checklist dataset as Parquet; settings with no equivalent are printed as warnings.
+    Verl {
+        /// The experiment config (TOML).
+        #[arg(value_name = "CONFIG")]
+        config: PathBuf,
+        /// The folder to write.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// A setting the reference needs and the config lacks (model_path, simulator_model_path,
+        /// judge_url, judge_model, nnodes, gpus_per_node); repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Replace the files of a folder that is not empty.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// `envace import …`.
+#[derive(Debug, Subcommand)]
+enum ImportCommand {
+    /// A verl run folder (as `export verl` laid it out, after the cluster ran it) as a run of
+    /// the store, marked imported; importing again adds only what the folder gained.
+    Verl {
+        /// The run folder (rollout_dumps/, logs/console.log).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Experiment configs: validate, print the schema, start from a preset.
@@ -74,6 +109,14 @@ enum Command {
         #[arg(long)]
         monitor: bool,
     },
+    /// Write an experiment out for another trainer: `export verl` writes a launcher folder for
+    /// the reference verl implementation on a Ray cluster.
+    #[command(subcommand)]
+    Export(ExportCommand),
+    /// Read another trainer's run into the store: `import verl` reads a verl run folder's
+    /// rollout dumps and console metrics (again at any time to follow a live run).
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Open the native run monitor: follow the store's runs live and compare their curves.
     Monitor {
         /// Runs to draw at first (ids or names; none: the newest run).

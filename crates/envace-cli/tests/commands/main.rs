@@ -11,3 +11,4 @@ mod resume;
 mod secrets;
 mod serve_model;
 mod train;
+mod verl;

@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_episodes.sql"),
     include_str!("migrations/0003_eval_tasks.sql"),
     include_str!("migrations/0004_resumes.sql"),
+    include_str!("migrations/0005_imports.sql"),
 ];
 
 /// The schema version this build writes.
@@ -255,6 +256,101 @@ impl Store {
             )
             .map_err(self.err())?;
         Ok(RunId(self.conn.last_insert_rowid()))
+    }
+
+    /// The run imported from `source` (a folder, as `envace import` names it), if any.
+    pub fn imported_run(&self, source: &str) -> Result<Option<RunId>> {
+        self.conn
+            .query_row(
+                "SELECT id FROM runs WHERE imported_from = ?1 ORDER BY id DESC LIMIT 1",
+                params![source],
+                |row| row.get(0),
+            )
+            .optional()
+            .map(|id| id.map(RunId))
+            .map_err(self.err())
+    }
+
+    /// Records a run read from another trainer's folder `source`; returns its id.
+    pub fn create_imported_run(&self, name: &str, config_toml: &str, source: &str) -> Result<RunId> {
+        let run = self.create_run(name, config_toml)?;
+        self.conn
+            .execute(
+                "UPDATE runs SET imported_from = ?2 WHERE id = ?1",
+                params![run.0, source],
+            )
+            .map_err(self.err())?;
+        Ok(run)
+    }
+
+    /// The folder a run was imported from; `None` for a run trained here.
+    pub fn imported_from(&self, run: RunId) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT imported_from FROM runs WHERE id = ?1",
+                params![run.0],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(self.err())?
+            .ok_or_else(|| Error::RunNotFound(run.0.to_string()))
+    }
+
+    /// How much of each file of an imported run is in the store (complete lines read).
+    pub fn import_progress(&self, run: RunId) -> Result<std::collections::BTreeMap<String, u64>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT file, consumed FROM import_progress WHERE run_id = ?1")
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![run.0], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .map_err(self.err())?;
+        let mut out = std::collections::BTreeMap::new();
+        for row in rows {
+            let (file, consumed) = row.map_err(self.err())?;
+            out.insert(file, u64::try_from(consumed).unwrap_or(0));
+        }
+        Ok(out)
+    }
+
+    /// Writes an import step in one transaction: the metric rows named in `replace` (step,
+    /// key) are removed first (values recomputed from a file that grew), then the batch, then
+    /// each file's new progress. After a crash the rows and the progress agree.
+    pub fn write_import(
+        &mut self,
+        batch: &Batch,
+        replace: &[(u64, String)],
+        progress: &[(String, u64)],
+    ) -> Result<()> {
+        let err = self.err();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&err)?;
+        for (step, key) in replace {
+            tx.execute(
+                "DELETE FROM metrics WHERE run_id = ?1 AND step = ?2 AND key = ?3",
+                params![batch.run.0, *step as i64, key],
+            )
+            .map_err(&err)?;
+        }
+        rows::insert_batch(&tx, batch).map_err(&err)?;
+        for (file, consumed) in progress {
+            tx.execute(
+                "INSERT INTO import_progress (run_id, file, consumed) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (run_id, file) DO UPDATE SET consumed = excluded.consumed",
+                params![batch.run.0, file, *consumed as i64],
+            )
+            .map_err(&err)?;
+        }
+        tx.execute(
+            "UPDATE runs SET updated_at = ?2 WHERE id = ?1",
+            params![batch.run.0, now_secs()],
+        )
+        .map_err(&err)?;
+        tx.commit().map_err(&err)
     }
 
     /// Sets a run's status.

@@ -38,6 +38,7 @@ mod tasks;
 mod tau2;
 mod tokenize;
 mod toolmetrics;
+mod verl;
 mod train;
 mod vita;
 #[cfg(feature = "wgpu")]

@@ -31,7 +31,7 @@ pub mod serve;
 pub mod store;
 pub mod tasks;
 pub mod tokenize;
-pub mod verl;
 pub mod trust;
+pub mod verl;
 
 pub use error::{Error, Result};

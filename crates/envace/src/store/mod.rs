@@ -272,7 +272,12 @@ impl Store {
     }
 
     /// Records a run read from another trainer's folder `source`; returns its id.
-    pub fn create_imported_run(&self, name: &str, config_toml: &str, source: &str) -> Result<RunId> {
+    pub fn create_imported_run(
+        &self,
+        name: &str,
+        config_toml: &str,
+        source: &str,
+    ) -> Result<RunId> {
         let run = self.create_run(name, config_toml)?;
         self.conn
             .execute(

@@ -38,8 +38,8 @@ mod tasks;
 mod tau2;
 mod tokenize;
 mod toolmetrics;
-mod verl;
 mod train;
+mod verl;
 mod vita;
 #[cfg(feature = "wgpu")]
 mod wgpu;

@@ -252,11 +252,18 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
         configs.push((id, config));
     }
     let arms = config::seed_arms(&configs);
+    let mut imported = Vec::with_capacity(runs.len());
+    for run in &runs {
+        imported.push(store.imported_from(run.id).map_err(|err| {
+            StudioError::from_engine(format!("Cannot read run {}", run.id.0), &err)
+        })?);
+    }
     Ok(runs
         .into_iter()
         .zip(configs)
         .zip(arms)
-        .map(|((run, (id, config)), arm)| RunInfo {
+        .zip(imported)
+        .map(|(((run, (id, config)), arm), imported_from)| RunInfo {
             id,
             name: run.name,
             status: run.status.as_str().to_string(),
@@ -264,6 +271,7 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
             last_step: run.last_step.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
             setup: config.as_ref().map(run_setup),
             arm,
+            imported_from,
         })
         .collect())
 }

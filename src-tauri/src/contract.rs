@@ -80,6 +80,9 @@ pub struct RunInfo {
     /// and `[run].name` are set aside (runs that differ only in seed share one); its own id
     /// when its config no longer parses.
     pub arm: i32,
+    /// The cluster run folder it was imported from (`envace import verl`); `None` for a run
+    /// trained here.
+    pub imported_from: Option<String>,
 }
 
 /// A few settings of a run's config, for the views that group or judge runs by them.
@@ -537,4 +540,50 @@ pub struct GroupView {
     pub divide_by_std: bool,
     /// The rollouts, in episode order.
     pub members: Vec<GroupMemberView>,
+}
+
+/// What "Export for cluster…" did: the launcher folder written for the reference verl
+/// trainer, or why not (settings to provide, a folder that is not empty).
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct VerlExport {
+    /// Whether the folder was written.
+    pub written: bool,
+    /// The folder.
+    pub out_dir: String,
+    /// The files written, relative to the folder.
+    pub files: Vec<String>,
+    /// Settings with no equivalent in the reference, one sentence each.
+    pub warnings: Vec<String>,
+    /// Training tasks converted.
+    pub n_train: u32,
+    /// Validation tasks converted.
+    pub n_validation: u32,
+    /// Hydra overrides `run.sh` passes.
+    pub n_overrides: u32,
+    /// The settings (keys of `VERL_SET_KEYS`) the engine asked for: missing from the config,
+    /// or given with a value it refused.
+    pub missing: Vec<String>,
+    /// The folder holds files and overwriting them was not confirmed.
+    pub not_empty: bool,
+    /// The engine's message when nothing was written.
+    pub problem: Option<String>,
+}
+
+/// What "Import cluster run…" added to the run store.
+#[derive(Debug, Clone, PartialEq, Serialize, Type)]
+pub struct VerlImport {
+    /// The run the folder is stored as.
+    pub run: i32,
+    /// Its name.
+    pub name: String,
+    /// The folder read (as stored in the run).
+    pub source: String,
+    /// Whether this import created the run (a first import).
+    pub created: bool,
+    /// Trajectories added.
+    pub trajectories: u32,
+    /// Metric rows added.
+    pub metrics: u32,
+    /// Lines not imported, each `file:line: reason`.
+    pub skipped: Vec<String>,
 }

@@ -1,5 +1,6 @@
 //! EnvACE Studio's desktop host: a thin Tauri layer of typed commands over the engine.
 
+pub mod cluster;
 pub mod commands;
 pub mod contract;
 pub mod device_check;
@@ -67,6 +68,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
             commands::start_eval,
             commands::stop_eval,
             commands::active_eval,
+            cluster::export_verl,
+            cluster::import_verl,
         ])
         .events(tauri_specta::collect_events![
             contract::TrainingEvent,
@@ -75,6 +78,8 @@ pub fn specta_builder() -> tauri_specta::Builder<tauri::Wry> {
         // What a job records (metric keys with labels, units and charts; evaluation categories):
         // the charts draw what the engine declares instead of copies of its strings.
         .constant("METRIC_CATALOGUE", envace::metrics::CATALOGUE)
+        // The settings "Export for cluster…" may ask for (`--set KEY=VALUE`), with what each is.
+        .constant("VERL_SET_KEYS", envace::verl::SET_KEYS)
 }
 
 /// Header of the generated bindings file.

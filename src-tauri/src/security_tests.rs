@@ -48,6 +48,8 @@ const EXPECTED_COMMANDS: &[&str] = &[
     "start_eval",
     "stop_eval",
     "active_eval",
+    "export_verl",
+    "import_verl",
 ];
 
 /// The permissions the window is granted: the events our commands' jobs emit, and the native

@@ -6,6 +6,7 @@
 mod analysis;
 mod benchmarks;
 mod close;
+mod cluster;
 mod endpoints;
 mod evaluate;
 mod mcp_confirm;

@@ -18,6 +18,18 @@ fn spawns(log: &Path) -> usize {
     std::fs::read_to_string(log).map_or(0, |text| text.lines().count())
 }
 
+/// With the job running: no confirmation dialog is left; then stops the job.
+fn stop_without_a_dialog(studio: &Studio) {
+    let s = studio.s();
+    let gone = s.script(
+        "return document.getElementById('mcp-confirm') === null",
+        json!([]),
+    );
+    assert_eq!(gone.unwrap(), json!(true), "the dialog is still there");
+    s.click("#train-stop").unwrap();
+    wait_stopped(studio);
+}
+
 fn runs(store: &Path) -> usize {
     if !store.exists() {
         return 0;
@@ -46,6 +58,21 @@ fn starting_a_job_with_a_stdio_mcp_server_asks_once_showing_its_command_line() {
     let home = dir.path().join("home");
     let studio = Studio::open_with_env(&config, &store, &[("ENVACE_HOME", home.to_str().unwrap())]);
     let s = studio.s();
+    // The editor shows the list of servers whole (it is edited in the TOML view).
+    let listed = s
+        .script(
+            "const f = document.getElementById('field-env.mcp_servers'); return f ? [f.value, f.readOnly] : null",
+            json!([]),
+        )
+        .unwrap();
+    assert!(
+        listed[0]
+            .as_str()
+            .unwrap_or("")
+            .contains("serve-env functions --stdio")
+            && listed[1] == json!(true),
+        "{listed}"
+    );
     s.click("#tab-training").unwrap();
 
     // Start: the dialog shows the exact command line, quoted as a shell reads it back.
@@ -94,17 +121,7 @@ fn starting_a_job_with_a_stdio_mcp_server_asks_once_showing_its_command_line() {
         "the first step",
         "return /^[1-9]\\d* \\/ 70$/.test(document.getElementById('train-step').textContent)",
     );
-    assert!(
-        s.script(
-            "return document.getElementById('mcp-confirm') === null",
-            json!([])
-        )
-        .unwrap()
-        .as_bool()
-        .unwrap()
-    );
-    s.click("#train-stop").unwrap();
-    wait_stopped(&studio);
+    stop_without_a_dialog(&studio);
     assert!(spawns(&log) > 0, "the server never started");
     let confirmed = std::fs::read_to_string(home.join(envace::trust::FILE_NAME)).unwrap();
     assert!(
@@ -119,15 +136,5 @@ fn starting_a_job_with_a_stdio_mcp_server_asks_once_showing_its_command_line() {
         "run 2 to start",
         "return document.getElementById('train-run').textContent.startsWith('run 2') && document.getElementById('train-state').textContent === 'running'",
     );
-    assert!(
-        s.script(
-            "return document.getElementById('mcp-confirm') === null",
-            json!([])
-        )
-        .unwrap()
-        .as_bool()
-        .unwrap()
-    );
-    s.click("#train-stop").unwrap();
-    wait_stopped(&studio);
+    stop_without_a_dialog(&studio);
 }

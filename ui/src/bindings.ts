@@ -121,6 +121,19 @@ export const commands = {
 	stopEval: () => __TAURI_INVOKE<boolean>("stop_eval"),
 	/**  Whether an evaluation runs (for a window that opens while one does). */
 	activeEval: () => __TAURI_INVOKE<boolean>("active_eval"),
+	/**
+	 *  Writes the verl launcher folder for `toml` (the editor's text) into `out_dir`, as
+	 *  `envace export verl CONFIG --out DIR [--set KEY=VALUE]… [--force]` does. `sets` gives the
+	 *  settings of `VERL_SET_KEYS` (empty values are left out); `force` replaces the files of a
+	 *  folder that is not empty. Settings to provide and a folder that is not empty are results
+	 *  (`written: false`), for the editor to ask about and retry.
+	 */
+	exportVerl: (toml: string, outDir: string, sets: { [key in string]: string }, force: boolean) => typedError<VerlExport, StudioError>(__TAURI_INVOKE("export_verl", { toml, outDir, sets, force })),
+	/**
+	 *  Reads the cluster run folder `dir` (rollout dumps and console log) into the studio's run
+	 *  store as an imported run, adding only what an earlier import of it did not.
+	 */
+	importVerl: (dir: string) => typedError<VerlImport, StudioError>(__TAURI_INVOKE("import_verl", { dir })),
 };
 
 /** Events */
@@ -131,6 +144,8 @@ export const events = {
 
 /* Constants */
 export const METRIC_CATALOGUE = {"parts":[{"name":"role","values":["act","rehearse"]},{"name":"score","values":["valid_json","outcome_agreement","key_f1","value_accuracy","exact_match"]},{"name":"style","values":["parallel","sequential"]}],"charts":[{"id":"reward","title":"Reward per role"},{"id":"sft-loss","title":"SFT loss"},{"id":"advantage","title":"Advantage (mean, std)"},{"id":"kl","title":"KL to the reference"},{"id":"entropy","title":"Entropy"},{"id":"clip","title":"Clip fraction"},{"id":"length","title":"Response length"},{"id":"fidelity","title":"Fidelity (all tools)"},{"id":"fidelity-tool","title":"Fidelity per tool (value accuracy)"}],"metrics":[{"key":"sft/loss","label":"SFT cross-entropy per trained token","unit":"nats","chart":"sft-loss"},{"key":"sft/loss_{role}","label":"SFT cross-entropy of one role","unit":"nats","chart":"sft-loss"},{"key":"sft/grad_norm","label":"SFT gradient norm before clipping","unit":"","chart":null},{"key":"sft/lr","label":"SFT learning rate","unit":"","chart":null},{"key":"{role}/reward","label":"mean reward of the role's samples","unit":"","chart":"reward"},{"key":"{role}/advantage_mean","label":"mean advantage","unit":"","chart":"advantage"},{"key":"{role}/advantage_std","label":"advantage standard deviation","unit":"","chart":"advantage"},{"key":"{role}/kl","label":"KL to the reference per token","unit":"nats","chart":"kl"},{"key":"{role}/entropy","label":"entropy per token","unit":"nats","chart":"entropy"},{"key":"{role}/clip_fraction","label":"share of tokens clipped","unit":"","chart":"clip"},{"key":"{role}/response_length","label":"mean response length","unit":"tokens","chart":"length"},{"key":"{role}/n_samples","label":"trained samples of the role","unit":"","chart":null},{"key":"rl/reward","label":"mean episode reward","unit":"","chart":"reward"},{"key":"rl/success","label":"share of episodes that succeeded","unit":"","chart":null},{"key":"rl/masked_fraction","label":"share of episodes masked","unit":"","chart":null},{"key":"rl/turns","label":"mean turns per episode","unit":"","chart":null},{"key":"rl/grad_norm","label":"RL gradient norm before clipping","unit":"","chart":null},{"key":"rl/optimizer_updates","label":"optimizer updates so far","unit":"","chart":null},{"key":"rl/signal_group_fraction","label":"share of groups with a non-zero advantage","unit":"","chart":null},{"key":"rl/n_groups","label":"groups rolled out","unit":"","chart":null},{"key":"rl/dropped_groups","label":"zero-variance groups dropped (dynamic sampling)","unit":"","chart":null},{"key":"rl/rollout_rounds","label":"rollout rounds to fill the batch","unit":"","chart":null},{"key":"rl/lr","label":"RL learning rate","unit":"","chart":null},{"key":"rl/family/{family}/success","label":"share of one family's rollouts that succeeded","unit":"","chart":null},{"key":"rl/family/{family}/trained_groups","label":"groups of one family in the loss","unit":"","chart":null},{"key":"drift/rehearsed_error_rate","label":"rehearsed error rate","unit":"","chart":null},{"key":"drift/real_error_rate","label":"real error rate (same calls replayed)","unit":"","chart":null},{"key":"fidelity/n_pairs","label":"rehearsed calls replayed and scored","unit":"","chart":null},{"key":"fidelity/{score}","label":"fidelity over all tools","unit":"","chart":"fidelity"},{"key":"fidelity/{tool}/value_accuracy","label":"leaf-value accuracy of one tool","unit":"","chart":"fidelity-tool"},{"key":"fidelity/{tool}/{score}","label":"fidelity of one tool","unit":"","chart":null},{"key":"eval/{benchmark}/{metric}","label":"held-out figure","unit":"","chart":null},{"key":"perf/step_time_secs","label":"wall time of the step","unit":"s","chart":null},{"key":"perf/rollout_secs","label":"wall time of the step's rollouts","unit":"s","chart":null},{"key":"perf/generated_tokens_per_sec","label":"generated tokens per second","unit":"tokens/s","chart":null},{"key":"perf/tokens_per_sec","label":"trained tokens per second","unit":"tokens/s","chart":null},{"key":"perf/update_secs","label":"wall time of the step's update (losses, backward, optimizer)","unit":"s","chart":null},{"key":"perf/generated_tokens","label":"tokens generated in the step","unit":"tokens","chart":null},{"key":"perf/peak_rss_mib","label":"peak resident memory of the process so far","unit":"MiB","chart":null}],"categories":[{"pattern":"all","label":"every held-out task"},{"pattern":"family/{family}","label":"the held-out tasks of one family"},{"pattern":"rehearsal/{style}/{budget}","label":"a rehearsal-budget point: committed attempts after N imagined ones"}]} as const;
+
+export const VERL_SET_KEYS = [["model_path","the Hugging Face model folder on the cluster (REFERENCE_MODEL_PATH); needed unless [model].source = \"hf\""],["simulator_model_path","the rehearsing role's initial model folder (SIMULATOR_MODEL_PATH); the same as model_path when absent"],["judge_url","the LLM judge's OpenAI-compatible base URL, e.g. http://judge:10001/v1; needed unless [judge].kind = \"llm\""],["judge_model","the LLM judge's model name (LLM_AS_A_JUDGE_NAME); Qwen/Qwen3-30B-A3B when absent"],["nnodes","training nodes (trainer_nnodes); 2 when absent, as in the reference"],["gpus_per_node","GPUs per node (num_gpus_per_node); 8 when absent, as in the reference"]] as const;
 
 /* Types */
 /**  One tool call of a turn and how it was answered. */
@@ -469,6 +484,11 @@ export type RunInfo = {
 	 *  when its config no longer parses.
 	 */
 	arm: number,
+	/**
+	 *  The cluster run folder it was imported from (`envace import verl`); `None` for a run
+	 *  trained here.
+	 */
+	imported_from: string | null,
 };
 
 /**  Every metric a run recorded, for charts. */
@@ -593,6 +613,54 @@ export type TurnView = {
 };
 
 export type Value = null | boolean | number | string | Value[] | { [key in string]: Value };
+
+/**
+ *  What "Export for cluster…" did: the launcher folder written for the reference verl
+ *  trainer, or why not (settings to provide, a folder that is not empty).
+ */
+export type VerlExport = {
+	/**  Whether the folder was written. */
+	written: boolean,
+	/**  The folder. */
+	out_dir: string,
+	/**  The files written, relative to the folder. */
+	files: string[],
+	/**  Settings with no equivalent in the reference, one sentence each. */
+	warnings: string[],
+	/**  Training tasks converted. */
+	n_train: number,
+	/**  Validation tasks converted. */
+	n_validation: number,
+	/**  Hydra overrides `run.sh` passes. */
+	n_overrides: number,
+	/**
+	 *  The settings (keys of `VERL_SET_KEYS`) the engine asked for: missing from the config,
+	 *  or given with a value it refused.
+	 */
+	missing: string[],
+	/**  The folder holds files and overwriting them was not confirmed. */
+	not_empty: boolean,
+	/**  The engine's message when nothing was written. */
+	problem: string | null,
+};
+
+/**  What "Import cluster run…" added to the run store. */
+export type VerlImport = {
+	/**  The run the folder is stored as. */
+	run: number,
+	/**  Its name. */
+	name: string,
+	/**  The folder read (as stored in the run). */
+	source: string,
+	/**  Whether this import created the run (a first import). */
+	created: boolean,
+	/**  Trajectories added. */
+	trajectories: number,
+	/**  Metric rows added. */
+	metrics: number,
+	/**  Lines not imported, each `file:line: reason`. */
+	skipped: string[],
+};
 
 /* Tauri Specta runtime */
 async function typedError<T, E>(result: Promise<T>): Promise<{ status: "ok"; data: T } | { status: "error"; error: E }> {

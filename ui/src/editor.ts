@@ -1,7 +1,9 @@
 // The experiment editor: a form generated from the config schema, a TOML view kept in sync,
-// live validation by the engine with errors next to their fields, presets, open/save and a diff.
+// live validation by the engine with errors next to their fields, presets, open/save, a diff and
+// "Export for cluster…" (cluster.ts).
 
 import { commands, type ConfigCheck, type Document, type FieldIssue, type PathPick, type StudioError } from "./bindings";
+import { openExportDialog } from "./cluster";
 import { h } from "./dom";
 import { renderDiff } from "./diffView";
 import {
@@ -79,6 +81,11 @@ export class Editor {
       h("button", { id: "save-as-button", onclick: () => void this.save(true) }, "Save as…"),
       h("label", {}, "Preset ", this.presetSelect),
       h("button", { id: "diff-button", onclick: () => void this.toggleDiff() }, "Diff vs preset"),
+      h(
+        "button",
+        { id: "export-cluster", title: "Write a launcher for the reference verl trainer on a Ray cluster", onclick: () => openExportDialog(() => this.toml(), () => this.pending) },
+        "Export for cluster…",
+      ),
       this.status,
       this.fileLabel,
     );
@@ -326,6 +333,18 @@ export class Editor {
         return number;
       }
       default: {
+        if (Array.isArray(value) && value.some((item) => item !== null && typeof item === "object")) {
+          // A list of tables (e.g. [[env.mcp_servers]]) has no form widget: it is shown whole
+          // and edited in the TOML view.
+          return h("input", {
+            id,
+            type: "text",
+            readonly: true,
+            class: "table-list",
+            value: JSON.stringify(value),
+            title: "A list of tables: edit it in the TOML view",
+          });
+        }
         const text = h("input", {
           id,
           type: "text",

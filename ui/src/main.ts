@@ -1,12 +1,13 @@
 // Entry point of the studio's front end: tabs for the experiment editor, training (controls,
-// live status, log, charts), the run list, the episode viewer, the run comparison and the
-// public-benchmark scores.
+// live status, log, charts), the run list (with "Import cluster run…"), the episode viewer,
+// the run comparison and the public-benchmark scores.
 
 import "./locale";
 import "./style.css";
 import { BenchmarkView } from "./benchmarkView";
 import { commands } from "./bindings";
 import { chartPanels } from "./charts";
+import { ClusterImport } from "./cluster";
 import { CompareView } from "./compare";
 import { h } from "./dom";
 import { Editor } from "./editor";
@@ -21,17 +22,18 @@ interface Tabs {
   select: (id: string, refresh?: boolean) => void;
 }
 
-async function showRuns(root: HTMLElement, training: TrainingView, episodes: EpisodeViewer, tabs: Tabs): Promise<void> {
+async function showRuns(root: HTMLElement, importer: ClusterImport, training: TrainingView, episodes: EpisodeViewer, tabs: Tabs): Promise<void> {
   const result = await commands.listRuns();
   if (result.status === "error") {
-    root.replaceChildren(h("div", { class: "message error" }, `${result.error.what}: ${result.error.detail}`));
+    root.replaceChildren(importer.element, h("div", { class: "message error" }, `${result.error.what}: ${result.error.detail}`));
     return;
   }
   if (result.data.length === 0) {
-    root.replaceChildren(h("p", { class: "help" }, "No runs yet."));
+    root.replaceChildren(importer.element, h("p", { class: "help" }, "No runs yet."));
     return;
   }
   root.replaceChildren(
+    importer.element,
     h(
       "table",
       { id: "run-table" },
@@ -39,9 +41,14 @@ async function showRuns(root: HTMLElement, training: TrainingView, episodes: Epi
       ...result.data.map((run) =>
         h(
           "tr",
-          {},
+          { "data-run": run.id, class: run.imported_from ? "imported" : "" },
           h("td", {}, String(run.id)),
-          h("td", {}, run.name),
+          h(
+            "td",
+            {},
+            run.name,
+            run.imported_from ? h("span", { class: "imported-badge", title: `Imported from ${run.imported_from}` }, "imported") : null,
+          ),
           h("td", {}, run.status),
           h("td", {}, run.last_step === null ? "-" : String(run.last_step)),
           h("td", {}, new Date((run.created_at ?? 0) * 1000).toISOString().replace("T", " ").slice(0, 19)),
@@ -50,7 +57,7 @@ async function showRuns(root: HTMLElement, training: TrainingView, episodes: Epi
             { class: "actions" },
             h("button", { class: "run-charts", onclick: () => { tabs.select("training", false); void training.showRun(run.id); } }, "Charts"),
             h("button", { class: "run-episodes", onclick: () => { tabs.select("episodes", false); void episodes.show(run.id); } }, "Episodes"),
-            run.status === "stopped" || run.status === "failed" || run.status === "paused"
+            !run.imported_from && (run.status === "stopped" || run.status === "failed" || run.status === "paused")
               ? h("button", { class: "run-continue", title: "Continue from its latest checkpoint", onclick: () => { tabs.select("training", false); void training.continueRun(run.id); } }, "Continue")
               : null,
           ),
@@ -100,7 +107,9 @@ async function main(): Promise<void> {
   const episodes = new EpisodeViewer(panes.episodes);
   const compare = new CompareView(panes.compare);
   const benchmarkView = new BenchmarkView(panes.benchmarks);
-  onShow.runs = () => void showRuns(panes.runs, training, episodes, tabs);
+  const importer: ClusterImport = new ClusterImport(() => showRuns(panes.runs, importer, training, episodes, tabs));
+  panes.runs.append(importer.element);
+  onShow.runs = () => void showRuns(panes.runs, importer, training, episodes, tabs);
   onShow.episodes = () => void episodes.show();
   onShow.compare = () => void compare.show();
   onShow.benchmarks = () => void benchmarkView.show();

@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use envace::config;
-use envace::controller::{JobPool, job_pool};
 use envace::store::Store;
-use envace::verl::{self, ExportInput, ExportOptions};
+use envace::verl::{self, ExportOptions};
 use tauri::State;
 
 use crate::StudioState;
@@ -100,21 +99,10 @@ pub fn export(
         .map_err(|err| StudioError::from_engine(EXPORT_WHAT, &err))?;
     let source = ConfigFile::for_text(config_path, toml)
         .map_err(|err| StudioError::from_engine(EXPORT_WHAT, &err))?;
-    let sources = envace::rl::session::load_sources(&experiment)
-        .map_err(|err| StudioError::from_engine(EXPORT_WHAT, &err))?;
-    let train = job_pool(&experiment, &sources, JobPool::Rl)
-        .map_err(|err| StudioError::from_engine(EXPORT_WHAT, &err))?;
-    let validation = job_pool(&experiment, &sources, JobPool::HeldOut)
-        .map_err(|err| StudioError::from_engine(EXPORT_WHAT, &err))?;
-    let exported = verl::export(
+    let exported = verl::export_experiment(
         &experiment,
         source.path(),
         &out,
-        ExportInput {
-            train: &train,
-            validation: &validation,
-            sources: &sources,
-        },
         &ExportOptions { sets, force },
     );
     match exported {

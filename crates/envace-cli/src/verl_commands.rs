@@ -7,9 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use envace::config;
-use envace::controller::{JobPool, job_pool};
 use envace::store::Store;
-use envace::verl::{self, ExportInput, ExportOptions};
+use envace::verl::{self, ExportOptions};
 
 /// `envace export verl CONFIG --out DIR [--set KEY=VALUE]… [--force]`.
 pub fn export_verl(file: &Path, out: &Path, sets: &[String], force: bool) -> Result<ExitCode> {
@@ -21,18 +20,10 @@ pub fn export_verl(file: &Path, out: &Path, sets: &[String], force: bool) -> Res
         parsed.insert(key.trim().to_owned(), value.trim().to_owned());
     }
     let experiment = config::parse_file(file)?;
-    let sources = envace::rl::session::load_sources(&experiment)?;
-    let train = job_pool(&experiment, &sources, JobPool::Rl)?;
-    let validation = job_pool(&experiment, &sources, JobPool::HeldOut)?;
-    let report = verl::export(
+    let report = verl::export_experiment(
         &experiment,
         file,
         out,
-        ExportInput {
-            train: &train,
-            validation: &validation,
-            sources: &sources,
-        },
         &ExportOptions {
             sets: parsed,
             force,

@@ -27,6 +27,32 @@ pub mod parquet;
 pub use export::{ExportInput, ExportOptions, ExportReport, SET_KEYS, dataset_fields, export};
 pub use import::{ImportReport, ImportSkip, import};
 
+/// [`export`] of `config` (read from `config_path`) with the task pools its job would train
+/// on (the RL pool) and evaluate on (the held-out tasks), as `envace export verl` and the
+/// studio's "Export for cluster…" write them.
+pub fn export_experiment(
+    config: &crate::config::ExperimentConfig,
+    config_path: &std::path::Path,
+    out_dir: &std::path::Path,
+    options: &ExportOptions,
+) -> crate::error::Result<ExportReport> {
+    use crate::controller::{JobPool, job_pool};
+    let sources = crate::rl::session::load_sources(config)?;
+    let train = job_pool(config, &sources, JobPool::Rl)?;
+    let validation = job_pool(config, &sources, JobPool::HeldOut)?;
+    export(
+        config,
+        config_path,
+        out_dir,
+        ExportInput {
+            train: &train,
+            validation: &validation,
+            sources: &sources,
+        },
+        options,
+    )
+}
+
 /// The reference commit the launcher and dataset formats follow.
 pub const REFERENCE_COMMIT: &str = "173e9416750670abb58f6aaed8310c82c20a3754";
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: [&str; 5] = ["controller", "rl", "eval", "rollout", "model"];
 
 /// Top-level modules above every layer, which may import any of them.
-const ABOVE: [&str; 3] = ["bench", "fuzzing", "lib"];
+const ABOVE: [&str; 4] = ["bench", "fuzzing", "verl", "lib"];
 
 fn src_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")

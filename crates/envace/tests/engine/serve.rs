@@ -433,8 +433,10 @@ fn a_server_stopped_mid_request_gives_a_failure_not_a_panic() {
         "{failure:?}"
     );
     eprintln!("{failure} after {:?}", start.elapsed());
+    // The server lets its batch in flight finish before it goes; on a loaded 2-core CI
+    // machine that took 41 s once. The bound only catches a client that hangs.
     assert!(
-        start.elapsed() < Duration::from_secs(30),
+        start.elapsed() < Duration::from_secs(120),
         "{:?}",
         start.elapsed()
     );

@@ -6,6 +6,7 @@
 
 use candle_core::{Result, Tensor};
 
+use super::cpu;
 use super::layers::{self, LayerKv, Mode, Step};
 use super::{ParamInit, ParamSpec, TransformerConfig};
 use crate::config::Architecture;
@@ -158,6 +159,9 @@ impl DecoderLayer {
         step: &Step,
         kv: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
+        if step.mode == Mode::Train && kv.is_none() && cpu::applies(x) {
+            return self.forward_train_cpu(x, step);
+        }
         let mode: Mode = step.mode;
         let (b, l, _) = x.dims3()?;
         let h = layers::rms_norm(x, &self.input_layernorm, self.eps, mode)?;
@@ -181,5 +185,42 @@ impl DecoderLayer {
         let x = (x + layers::linear(&attn, &self.o_proj)?)?;
         let h = layers::rms_norm(&x, &self.post_attention_layernorm, self.eps, mode)?;
         x + layers::swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?
+    }
+
+    /// The training forward on the CPU in f32, the same function as [`Self::forward`] in fewer
+    /// graph nodes (candle's backward zero-fills and adds a gradient per node input): the query,
+    /// key and value weights stacked into one linear layer, Qwen3's query/key norms, RoPE and
+    /// attention in `cpu::attention`'s two nodes on the packed result, and the gate and up
+    /// weights stacked into one linear layer before the packed SiLU gating.
+    fn forward_train_cpu(&self, x: &Tensor, step: &Step) -> Result<Tensor> {
+        let h = layers::rms_norm(x, &self.input_layernorm, self.eps, Mode::Train)?;
+        let qkv_w = Tensor::cat(&[&self.q_proj, &self.k_proj, &self.v_proj], 0)?;
+        let qkv = layers::linear(&h, &qkv_w)?;
+        let qkv = match &self.qk_norm {
+            Some((q_norm, k_norm)) => cpu::attention::qk_norm(
+                &qkv,
+                q_norm,
+                k_norm,
+                self.n_heads,
+                self.n_kv_heads,
+                self.eps,
+            )?,
+            None => qkv,
+        };
+        let attn = cpu::attention::attention(
+            &qkv,
+            &step.cos,
+            &step.sin,
+            &step.allowed,
+            self.n_heads,
+            self.n_kv_heads,
+            self.head_dim,
+            1.0 / (self.head_dim as f64).sqrt(),
+        )?;
+        let x = (x + layers::linear(&attn, &self.o_proj)?)?;
+        let h = layers::rms_norm(&x, &self.post_attention_layernorm, self.eps, Mode::Train)?;
+        let gate_up_w = Tensor::cat(&[&self.gate_proj, &self.up_proj], 0)?;
+        let act = cpu::train_ops::silu_mul_packed(&layers::linear(&h, &gate_up_w)?)?;
+        x + layers::linear(&act, &self.down_proj)?
     }
 }

@@ -1,5 +1,5 @@
 //! The model's CPU kernels: the training ops with a real backward (`train_ops`, and the linear
-//! layer as one graph node in `linear`), the
+//! layer and the attention each as one graph node in `linear` and `attention`), the
 //! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), strided
 //! matrix products for attention over packed buffers (`strided`), and the
 //! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
@@ -8,6 +8,7 @@
 //!
 //! [`applies`] tells callers whether a tensor can take these kernels (f32 on the CPU).
 
+pub(crate) mod attention;
 pub(crate) mod decode_ops;
 pub(crate) mod linear;
 pub mod quant;

@@ -10,7 +10,9 @@
 //! fall back to the composed ops (CUDA, other dtypes).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use candle_core::{
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail,
+};
 use rayon::prelude::*;
 
 use super::quant::exp_shifted_f32;
@@ -635,6 +637,97 @@ impl CustomOp3 for SiluMulBackward {
     }
 }
 
+/// `silu(gate) × up` over packed rows `gate_up: (..., 2 · n)` (each row's `n` gate values, then
+/// its `n` up values, as one linear layer over the stacked gate and up weights writes them),
+/// returning `(..., n)`. One graph node where two linear layers and [`silu_mul`] would be three.
+pub(crate) fn silu_mul_packed(gate_up: &Tensor) -> Result<Tensor> {
+    let width = gate_up.dims().last().copied().unwrap_or(0);
+    if width == 0 || width % 2 != 0 {
+        bail!(
+            "fused SiLU gating: the packed gate and up values are {:?}; expected an even, \
+             non-zero last dimension",
+            gate_up.dims()
+        )
+    }
+    gate_up.contiguous()?.apply_op1(SiluMulPacked)
+}
+
+struct SiluMulPacked;
+
+impl CustomOp1 for SiluMulPacked {
+    fn name(&self) -> &'static str {
+        "fused-silu-mul-packed"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(storage, layout, self.name())?;
+        let width = last_dim(layout.shape(), self.name())?;
+        let n = width / 2;
+        let mut out = vec![0f32; x.len() / 2];
+        for_rows(&mut out, n, |r, row| {
+            let (gate, up) = x[r * width..(r + 1) * width].split_at(n);
+            for ((o, &a), &b) in row.iter_mut().zip(gate).zip(up) {
+                *o = a * sigmoid(a) * b;
+            }
+        });
+        let mut dims = layout.shape().dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = n;
+        }
+        Ok((CpuStorage::F32(out), Shape::from(dims)))
+    }
+
+    fn bwd(&self, gate_up: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let grad = grad_res
+            .contiguous()?
+            .apply_op2_no_bwd(gate_up, &SiluMulPackedBackward)?;
+        Ok(Some(grad))
+    }
+}
+
+/// The backward pass of [`SiluMulPacked`]: `(grad, gate_up)` → the packed gradient of
+/// `gate_up`.
+struct SiluMulPackedBackward;
+
+impl CustomOp2 for SiluMulPackedBackward {
+    fn name(&self) -> &'static str {
+        "fused-silu-mul-packed-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = f32s(s1, l1, self.name())?;
+        let x = f32s(s2, l2, self.name())?;
+        let width = last_dim(l2.shape(), self.name())?;
+        let n = width / 2;
+        if g.len() * 2 != x.len() {
+            bail!(
+                "{}: the gradient does not match the packed input",
+                self.name()
+            )
+        }
+        let mut out = vec![0f32; x.len()];
+        for_rows(&mut out, width, |r, row| {
+            let (gate, up) = x[r * width..(r + 1) * width].split_at(n);
+            let gs = &g[r * n..(r + 1) * n];
+            let (d_gate, d_up) = row.split_at_mut(n);
+            for i in 0..n {
+                let (gi, a, b) = (gs[i], gate[i], up[i]);
+                let s = sigmoid(a);
+                // silu'(a) = s (1 + a (1 − s)).
+                d_gate[i] = gi * b * s * (1.0 + a * (1.0 - s));
+                d_up[i] = gi * a * s;
+            }
+        });
+        Ok((CpuStorage::F32(out), l2.shape().clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{D, DType, Device, Var};
@@ -751,6 +844,27 @@ mod tests {
             },
             1e-5,
         );
+    }
+
+    #[test]
+    fn packed_silu_mul_matches_silu_of_the_first_half_times_the_second() {
+        // Rows wider than one parallel chunk together, and an odd half width.
+        for shape in [vec![2, 3, 2 * 7], vec![CHUNK / 64 + 3, 2 * 33]] {
+            let n = shape[shape.len() - 1] / 2;
+            check(
+                &[var(&shape, 31)],
+                |t| silu_mul_packed(&t[0]).unwrap(),
+                |t| {
+                    let gate = t[0].narrow(D::Minus1, 0, n).unwrap();
+                    let up = t[0].narrow(D::Minus1, n, n).unwrap();
+                    (gate.silu().unwrap() * up).unwrap()
+                },
+                1e-5,
+            );
+        }
+        let odd = var(&[2, 5], 1);
+        let err = silu_mul_packed(&odd).unwrap_err().to_string();
+        assert!(err.contains("[2, 5]") && err.contains("even"), "{err}");
     }
 
     #[test]

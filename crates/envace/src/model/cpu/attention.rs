@@ -1,0 +1,824 @@
+//! The training forward's attention (RoPE on queries and keys, masked softmax of the scaled
+//! scores, the weighted sum of values) as one autograd node on the CPU.
+//!
+//! Composed from candle ops and our smaller fused ones, one layer's attention is about
+//! eighteen graph nodes: transposes to head-major order, a contiguous copy, RoPE twice, the
+//! score product, the softmax, the value product and the reshapes between them. candle's
+//! backward zero-fills a fresh gradient for every node's input and adds the node's share into
+//! it, so each node costs two passes over its tensor on top of its own work, and the
+//! `(b, heads, l, l)` scores pass through three such nodes. A profile of the tiny model's
+//! training step (`model_bench --only train`, `perf record`) put that zero-fill and add at
+//! about a fifth of the step.
+//!
+//! Here queries, keys and values are read in the linear layers' own `(b, l, heads · d)`
+//! order, and the output is written in the order the output projection reads, so there is
+//! no transpose at all. Work is shared out over (batch row, key/value head) pairs: the query
+//! heads that share a key/value head are stacked, so each pair is three matrix products
+//! forward (scores, values) and five backward. The backward recomputes the scores and
+//! probabilities instead of keeping them (a product of `l × d` by `d × l` per pair, which
+//! costs less than storing and reading back `(b, heads, l, l)` floats).
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Storage, Tensor, bail};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+use super::quant::exp_shifted_f32;
+use super::strided::{self, View};
+use super::{f32s, for_rows, last_dim};
+
+/// Sizes of one attention call.
+#[derive(Debug, Clone, Copy)]
+struct Geometry {
+    batch: usize,
+    len: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Geometry {
+    /// Query heads per key/value head.
+    fn n_rep(&self) -> usize {
+        self.n_heads / self.n_kv_heads
+    }
+
+    /// Values per token of the packed projections: queries, then keys, then values.
+    fn width(&self) -> usize {
+        (self.n_heads + 2 * self.n_kv_heads) * self.head_dim
+    }
+
+    /// Where key/value head `kv`'s keys start in a packed row.
+    fn key_column(&self, kv: usize) -> usize {
+        (self.n_heads + kv) * self.head_dim
+    }
+
+    /// Where key/value head `kv`'s values start in a packed row.
+    fn value_column(&self, kv: usize) -> usize {
+        (self.n_heads + self.n_kv_heads + kv) * self.head_dim
+    }
+
+    /// Checks the sizes against a packed tensor of `dims` and the RoPE tables' `(b, 1, l, d)`.
+    fn check(&self, what: &str, dims: &[usize], table_dims: &[usize]) -> Result<()> {
+        let Geometry {
+            batch: b,
+            len: l,
+            n_heads,
+            n_kv_heads,
+            head_dim: d,
+        } = *self;
+        let fits = dims.len() == 3
+            && dims == [b, l, self.width()]
+            && table_dims == [b, 1, l, d]
+            && d % 2 == 0
+            && n_kv_heads > 0
+            && n_heads % n_kv_heads == 0;
+        if !fits {
+            bail!(
+                "{what}: the packed projections are {dims:?} and the RoPE tables {table_dims:?}; \
+                 expected [{b}, {l}, {}] ({n_heads} query heads, then {n_kv_heads} key and \
+                 {n_kv_heads} value heads, of width {d}, even, the key/value heads dividing the \
+                 query heads) and [{b}, 1, {l}, {d}]",
+                self.width()
+            )
+        }
+        Ok(())
+    }
+}
+
+/// The step's constants as host values: the RoPE tables `(b, l, d)` (halves repeated) and the
+/// mask `(b, l, l)` (1 where query `i` may see key `j`).
+#[derive(Debug)]
+struct Tables {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    allowed: Vec<u8>,
+}
+
+/// Attention over the packed projections `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)` (each
+/// token's queries, then keys, then values, as one linear layer over the stacked weights
+/// writes them), with RoPE from `cos, sin: (b, 1, l, d)` applied to queries and keys, scores
+/// scaled by `scale` and masked by `allowed: (b, 1, l, l)` u8. Returns `(b, l, n_heads · d)`;
+/// the gradient flows to `qkv`. A query that may see no key gets zeros.
+#[allow(clippy::too_many_arguments)] // The input, the step's three constants, sizes, scale.
+pub(crate) fn attention(
+    qkv: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    allowed: &Tensor,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    scale: f64,
+) -> Result<Tensor> {
+    const NAME: &str = "fused attention";
+    let (batch, len) = (cos.dim(0)?, cos.dim(2)?);
+    let geometry = Geometry {
+        batch,
+        len,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    geometry.check(NAME, qkv.dims(), cos.dims())?;
+    if sin.dims() != cos.dims() || allowed.dims() != [batch, 1, len, len] {
+        bail!(
+            "{NAME}: the tables are {:?} and {:?} and the mask {:?}; expected the tables alike \
+             and the mask [{batch}, 1, {len}, {len}]",
+            cos.dims(),
+            sin.dims(),
+            allowed.dims()
+        )
+    }
+    if !scale.is_finite() || scale == 0.0 {
+        bail!("{NAME}: the scale must be finite and non-zero, got {scale}")
+    }
+    let tables = Tables {
+        cos: cos.flatten_all()?.to_vec1::<f32>()?,
+        sin: sin.flatten_all()?.to_vec1::<f32>()?,
+        allowed: allowed.flatten_all()?.to_vec1::<u8>()?,
+    };
+    qkv.contiguous()?.apply_op1(Attention {
+        geometry,
+        tables: Arc::new(tables),
+        scale: scale as f32,
+    })
+}
+
+struct Attention {
+    geometry: Geometry,
+    tables: Arc<Tables>,
+    scale: f32,
+}
+
+/// What one (batch row, key/value head) pair computes on the way to its output and that its
+/// backward computes again: the rotated keys `(l, d)`, the rotated queries of its heads stacked
+/// `(n_rep · l, d)` and their attention probabilities `(n_rep · l, l)`.
+struct Pair {
+    keys: Vec<f32>,
+    queries: Vec<f32>,
+    probs: Vec<f32>,
+}
+
+impl Attention {
+    /// `out[i] = rope(x[i])` (or its transpose) for the `l` rows of one head of batch row `bi`,
+    /// read from `x` at `x_offset` with row stride `x_stride`, into the contiguous `out`.
+    fn rope_rows(
+        &self,
+        bi: usize,
+        x: &[f32],
+        x_offset: usize,
+        x_stride: usize,
+        transpose: bool,
+        out: &mut [f32],
+    ) {
+        let d = self.geometry.head_dim;
+        let half = d / 2;
+        for (i, row) in out.chunks_exact_mut(d).enumerate() {
+            let table = (bi * self.geometry.len + i) * d;
+            let (c, s) = (
+                &self.tables.cos[table..table + d],
+                &self.tables.sin[table..table + d],
+            );
+            let xs = &x[x_offset + i * x_stride..x_offset + i * x_stride + d];
+            if transpose {
+                // The adjoint of y = x c + rot(x) s, rot(x) = (−x₂, x₁).
+                for j in 0..half {
+                    row[j] = xs[j] * c[j] + xs[j + half] * s[j + half];
+                    row[j + half] = xs[j + half] * c[j + half] - xs[j] * s[j];
+                }
+            } else {
+                for j in 0..half {
+                    row[j] = xs[j] * c[j] - xs[j + half] * s[j];
+                    row[j + half] = xs[j + half] * c[j + half] + xs[j] * s[j + half];
+                }
+            }
+        }
+    }
+
+    /// Rotated keys and queries of pair `(bi, kv)` read from the packed `qkv`, and the
+    /// probabilities of its stacked queries.
+    fn pair(&self, bi: usize, kv: usize, qkv: &[f32]) -> Pair {
+        let g = self.geometry;
+        let (l, d, n_rep, width) = (g.len, g.head_dim, g.n_rep(), g.width());
+        let row0 = bi * l * width;
+        let mut keys = vec![0f32; l * d];
+        self.rope_rows(bi, qkv, row0 + g.key_column(kv), width, false, &mut keys);
+        let mut queries = vec![0f32; n_rep * l * d];
+        for (r, block) in queries.chunks_exact_mut(l * d).enumerate() {
+            let head = kv * n_rep + r;
+            self.rope_rows(bi, qkv, row0 + head * d, width, false, block);
+        }
+        let mut probs = vec![0f32; n_rep * l * l];
+        strided::product(
+            &mut probs,
+            contiguous(&queries, n_rep * l, d),
+            transposed(&keys, l, d),
+            self.scale,
+        );
+        let mut scores = vec![0f32; l];
+        for (row_idx, row) in probs.chunks_exact_mut(l).enumerate() {
+            let i = row_idx % l;
+            let mask = &self.tables.allowed[(bi * l + i) * l..(bi * l + i + 1) * l];
+            let mut max = f32::NEG_INFINITY;
+            for (&x, &m) in row.iter().zip(mask) {
+                if m != 0 {
+                    max = max.max(x);
+                }
+            }
+            if max == f32::NEG_INFINITY {
+                row.fill(0.0); // no key allowed: zeros
+                continue;
+            }
+            scores.copy_from_slice(row);
+            exp_shifted_f32(&scores, max, 1.0, row);
+            let mut sum = 0f32;
+            for (p, &m) in row.iter_mut().zip(mask) {
+                if m == 0 {
+                    *p = 0.0;
+                } else {
+                    sum += *p;
+                }
+            }
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|p| *p *= inv);
+        }
+        Pair {
+            keys,
+            queries,
+            probs,
+        }
+    }
+
+    /// The (batch row, key/value head) pairs, in output order.
+    fn pairs(&self) -> Vec<(usize, usize)> {
+        let Geometry {
+            batch, n_kv_heads, ..
+        } = self.geometry;
+        (0..batch)
+            .flat_map(|bi| (0..n_kv_heads).map(move |g| (bi, g)))
+            .collect()
+    }
+
+    /// The values of key/value head `kv` of batch row `bi`, `(l, d)`, in the packed `qkv`.
+    fn values<'a>(&self, qkv: &'a [f32], bi: usize, kv: usize) -> View<'a> {
+        let g = self.geometry;
+        View {
+            data: qkv,
+            offset: bi * g.len * g.width() + g.value_column(kv),
+            rows: g.len,
+            cols: g.head_dim,
+            row_stride: g.width(),
+            col_stride: 1,
+        }
+    }
+
+    /// Stacks the `n_rep` heads of pair `(bi, kv)` in the output gradient `(b, l, heads · d)`
+    /// head by head into a contiguous `(n_rep · l, d)` buffer.
+    fn gather_heads(&self, grad: &[f32], bi: usize, kv: usize) -> Vec<f32> {
+        let g = self.geometry;
+        let (l, d, n_rep) = (g.len, g.head_dim, g.n_rep());
+        let mut out = vec![0f32; n_rep * l * d];
+        for (r, block) in out.chunks_exact_mut(l * d).enumerate() {
+            let head = kv * n_rep + r;
+            for (i, row) in block.chunks_exact_mut(d).enumerate() {
+                let start = (bi * l + i) * g.n_heads * d + head * d;
+                row.copy_from_slice(&grad[start..start + d]);
+            }
+        }
+        out
+    }
+
+    /// Writes the stacked head blocks `(heads · l, d)` of batch row `bi` into `out`, whose
+    /// rows are `row_width` long, the first head at column `column`, the next ones after it.
+    fn scatter(
+        &self,
+        out: &mut [f32],
+        row_width: usize,
+        column: usize,
+        bi: usize,
+        stacked: &[f32],
+    ) {
+        let (l, d) = (self.geometry.len, self.geometry.head_dim);
+        for (head, block) in stacked.chunks_exact(l * d).enumerate() {
+            for (i, row) in block.chunks_exact(d).enumerate() {
+                let start = (bi * l + i) * row_width + column + head * d;
+                out[start..start + d].copy_from_slice(row);
+            }
+        }
+    }
+}
+
+/// `data` as a row-major `rows × cols` view.
+fn contiguous(data: &[f32], rows: usize, cols: usize) -> View<'_> {
+    View {
+        data,
+        offset: 0,
+        rows,
+        cols,
+        row_stride: cols,
+        col_stride: 1,
+    }
+}
+
+/// The transpose of row-major `rows × cols` `data`, as a `cols × rows` view.
+fn transposed(data: &[f32], rows: usize, cols: usize) -> View<'_> {
+    View {
+        data,
+        offset: 0,
+        rows: cols,
+        cols: rows,
+        row_stride: 1,
+        col_stride: cols,
+    }
+}
+
+/// The f32 values of a tensor's storage on the CPU.
+fn cpu_f32s<'a>(storage: &'a Storage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
+    match storage {
+        Storage::Cpu(cpu) => f32s(cpu, layout, what),
+        _ => bail!("{what}: expects tensors on the CPU"),
+    }
+}
+
+impl CustomOp1 for Attention {
+    fn name(&self) -> &'static str {
+        "fused-attention"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let qkv = f32s(storage, layout, self.name())?;
+        let g = self.geometry;
+        let (l, d, n_rep) = (g.len, g.head_dim, g.n_rep());
+        let blocks: Vec<Vec<f32>> = self
+            .pairs()
+            .into_par_iter()
+            .map(|(bi, kv)| {
+                let pair = self.pair(bi, kv, qkv);
+                let mut stacked = vec![0f32; n_rep * l * d];
+                strided::product(
+                    &mut stacked,
+                    contiguous(&pair.probs, n_rep * l, l),
+                    self.values(qkv, bi, kv),
+                    1.0,
+                );
+                stacked
+            })
+            .collect();
+        let out_width = g.n_heads * d;
+        let mut out = vec![0f32; g.batch * l * out_width];
+        for ((bi, kv), stacked) in self.pairs().into_iter().zip(&blocks) {
+            self.scatter(&mut out, out_width, kv * n_rep * d, bi, stacked);
+        }
+        Ok((CpuStorage::F32(out), Shape::from((g.batch, l, out_width))))
+    }
+
+    fn bwd(&self, qkv: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let grad = grad_res.contiguous()?;
+        let d_qkv = {
+            let (q_s, q_l) = qkv.storage_and_layout();
+            let (g_s, g_l) = grad.storage_and_layout();
+            self.backward(
+                cpu_f32s(&q_s, q_l, "fused attention backward")?,
+                cpu_f32s(&g_s, g_l, "fused attention backward")?,
+            )
+        };
+        Ok(Some(Tensor::from_vec(d_qkv, qkv.shape(), qkv.device())?))
+    }
+}
+
+impl Attention {
+    /// The gradient of the packed `qkv` given the output's `grad`.
+    fn backward(&self, qkv: &[f32], grad: &[f32]) -> Vec<f32> {
+        let g = self.geometry;
+        let (l, d, n_rep) = (g.len, g.head_dim, g.n_rep());
+        let rows = n_rep * l;
+        type Blocks = (Vec<f32>, Vec<f32>, Vec<f32>);
+        let blocks: Vec<Blocks> = self
+            .pairs()
+            .into_par_iter()
+            .map(|(bi, kv)| {
+                let Pair {
+                    keys,
+                    queries,
+                    mut probs,
+                } = self.pair(bi, kv, qkv);
+                let grad_out = self.gather_heads(grad, bi, kv);
+                // dV = Pᵀ dO over the stacked heads.
+                let mut dv = vec![0f32; l * d];
+                strided::product(
+                    &mut dv,
+                    transposed(&probs, rows, l),
+                    contiguous(&grad_out, rows, d),
+                    1.0,
+                );
+                // dP = dO Vᵀ, then dS = scale · P ∘ (dP − Σ_j dP_j P_j), in place of P.
+                let mut dp = vec![0f32; rows * l];
+                let values = self.values(qkv, bi, kv);
+                let values_t = View {
+                    rows: values.cols,
+                    cols: values.rows,
+                    row_stride: values.col_stride,
+                    col_stride: values.row_stride,
+                    ..values
+                };
+                strided::product(&mut dp, contiguous(&grad_out, rows, d), values_t, 1.0);
+                for (p_row, dp_row) in probs.chunks_exact_mut(l).zip(dp.chunks_exact(l)) {
+                    let dot: f32 = p_row.iter().zip(dp_row).map(|(&p, &x)| p * x).sum();
+                    for (p, &x) in p_row.iter_mut().zip(dp_row) {
+                        *p = self.scale * *p * (x - dot);
+                    }
+                }
+                let ds = probs;
+                // dQ (rotated) = dS K, dK (rotated) = dSᵀ Q; then the transposed rotation.
+                let mut dq_rot = vec![0f32; rows * d];
+                strided::product(
+                    &mut dq_rot,
+                    contiguous(&ds, rows, l),
+                    contiguous(&keys, l, d),
+                    1.0,
+                );
+                let mut dk_rot = vec![0f32; l * d];
+                strided::product(
+                    &mut dk_rot,
+                    transposed(&ds, rows, l),
+                    contiguous(&queries, rows, d),
+                    1.0,
+                );
+                let mut dq = vec![0f32; rows * d];
+                for (r, block) in dq.chunks_exact_mut(l * d).enumerate() {
+                    self.rope_rows(bi, &dq_rot, r * l * d, d, true, block);
+                }
+                let mut dk = vec![0f32; l * d];
+                self.rope_rows(bi, &dk_rot, 0, d, true, &mut dk);
+                (dq, dk, dv)
+            })
+            .collect();
+        let width = g.width();
+        let mut d_qkv = vec![0f32; qkv.len()];
+        for ((bi, kv), (dq, dk, dv)) in self.pairs().into_iter().zip(&blocks) {
+            self.scatter(&mut d_qkv, width, kv * n_rep * d, bi, dq);
+            self.scatter(&mut d_qkv, width, g.key_column(kv), bi, dk);
+            self.scatter(&mut d_qkv, width, g.value_column(kv), bi, dv);
+        }
+        d_qkv
+    }
+}
+
+/// Qwen3's per-head RMSNorm of queries (weight `q_w: (d,)`) and keys (`k_w`) inside the packed
+/// projections `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)`; values pass through unchanged.
+/// Gradients flow to `qkv` and both weights.
+pub(crate) fn qk_norm(
+    qkv: &Tensor,
+    q_w: &Tensor,
+    k_w: &Tensor,
+    n_heads: usize,
+    n_kv_heads: usize,
+    eps: f64,
+) -> Result<Tensor> {
+    const NAME: &str = "fused query/key norm";
+    let head_dim = q_w.elem_count();
+    let width = (n_heads + 2 * n_kv_heads) * head_dim;
+    if head_dim == 0 || k_w.elem_count() != head_dim || qkv.dims().last() != Some(&width) {
+        bail!(
+            "{NAME}: the packed projections are {:?} and the weights {:?} and {:?}; expected \
+             weights of one width d and rows of ({n_heads} + 2 × {n_kv_heads}) × d",
+            qkv.dims(),
+            q_w.dims(),
+            k_w.dims()
+        )
+    }
+    qkv.contiguous()?.apply_op3(
+        &q_w.contiguous()?,
+        &k_w.contiguous()?,
+        QkNorm {
+            normed_heads: n_heads + n_kv_heads,
+            n_heads,
+            head_dim,
+            eps: eps as f32,
+        },
+    )
+}
+
+#[derive(Clone, Copy)]
+struct QkNorm {
+    /// Heads normalised per token: the query heads, then the key heads.
+    normed_heads: usize,
+    n_heads: usize,
+    head_dim: usize,
+    eps: f32,
+}
+
+impl QkNorm {
+    fn inv_rms(&self, xs: &[f32]) -> f32 {
+        let mean = xs.iter().map(|v| v * v).sum::<f32>() / xs.len() as f32;
+        1.0 / (mean + self.eps).sqrt()
+    }
+
+    /// The weight of head `h` of a token: the query weight for query heads, else the key one.
+    fn weight<'a>(&self, h: usize, q_w: &'a [f32], k_w: &'a [f32]) -> &'a [f32] {
+        if h < self.n_heads { q_w } else { k_w }
+    }
+}
+
+impl CustomOp3 for QkNorm {
+    fn name(&self) -> &'static str {
+        "fused-qk-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = f32s(s1, l1, self.name())?;
+        let (q_w, k_w) = (f32s(s2, l2, self.name())?, f32s(s3, l3, self.name())?);
+        let d = self.head_dim;
+        let width = last_dim(l1.shape(), self.name())?;
+        let mut out = x.to_vec();
+        for_rows(&mut out, width, |r, row| {
+            let xs = &x[r * width..(r + 1) * width];
+            for h in 0..self.normed_heads {
+                let head = &xs[h * d..(h + 1) * d];
+                let inv = self.inv_rms(head);
+                let w = self.weight(h, q_w, k_w);
+                for ((o, &xi), &wi) in row[h * d..(h + 1) * d].iter_mut().zip(head).zip(w) {
+                    *o = xi * inv * wi;
+                }
+            }
+        });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        qkv: &Tensor,
+        q_w: &Tensor,
+        k_w: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        const WHAT: &str = "fused query/key norm backward";
+        let grad = grad_res.contiguous()?;
+        let d = self.head_dim;
+        let width = qkv.dims().last().copied().unwrap_or(0);
+        let (dx, dw) = {
+            let (x_s, x_l) = qkv.storage_and_layout();
+            let (q_s, q_l) = q_w.storage_and_layout();
+            let (k_s, k_l) = k_w.storage_and_layout();
+            let (g_s, g_l) = grad.storage_and_layout();
+            let x = cpu_f32s(&x_s, x_l, WHAT)?;
+            let (qw, kw) = (cpu_f32s(&q_s, q_l, WHAT)?, cpu_f32s(&k_s, k_l, WHAT)?);
+            let g = cpu_f32s(&g_s, g_l, WHAT)?;
+            // Per head: dx_i = r (g_i w_i) − x_i r³ / d × Σ_j g_j w_j x_j, r = 1 / rms(x);
+            // dw_i = Σ g_i x_i r over the heads that use w. Values: dx = g.
+            let mut dx = g.to_vec();
+            // Fixed blocks of rows, their partial weight gradients summed in block order, so
+            // that the sum does not depend on how rayon shares the blocks out.
+            let block_rows = super::min_rows(width);
+            let partials: Vec<Vec<f32>> = dx
+                .par_chunks_mut((width * block_rows).max(1))
+                .enumerate()
+                .map(|(block, rows)| {
+                    let mut acc = vec![0f32; 2 * d];
+                    for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+                        let r = block * block_rows + i;
+                        for h in 0..self.normed_heads {
+                            let xs = &x[r * width + h * d..r * width + (h + 1) * d];
+                            let gs = &g[r * width + h * d..r * width + (h + 1) * d];
+                            let w = self.weight(h, qw, kw);
+                            let inv = self.inv_rms(xs);
+                            let dot: f32 = gs
+                                .iter()
+                                .zip(xs)
+                                .zip(w)
+                                .map(|((&gi, &xi), &wi)| gi * wi * xi)
+                                .sum();
+                            let k = inv * inv * inv * dot / d as f32;
+                            let acc_w = if h < self.n_heads { 0 } else { d };
+                            for j in 0..d {
+                                row[h * d + j] = inv * gs[j] * w[j] - xs[j] * k;
+                                acc[acc_w + j] += gs[j] * xs[j] * inv;
+                            }
+                        }
+                    }
+                    acc
+                })
+                .collect();
+            let mut dw = vec![0f32; 2 * d];
+            for partial in &partials {
+                dw.iter_mut().zip(partial).for_each(|(a, b)| *a += b);
+            }
+            (dx, dw)
+        };
+        Ok((
+            Some(Tensor::from_vec(dx, qkv.shape(), qkv.device())?),
+            Some(Tensor::from_vec(
+                dw[..d].to_vec(),
+                q_w.shape(),
+                q_w.device(),
+            )?),
+            Some(Tensor::from_vec(
+                dw[d..].to_vec(),
+                k_w.shape(),
+                k_w.device(),
+            )?),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{D, DType, Device, Tensor};
+
+    use super::super::testing::{check, values, var};
+    use super::super::train_ops;
+    use super::*;
+
+    /// Causal, with the first `pad` keys of batch row 1 padding (a query still sees itself).
+    fn mask(b: usize, l: usize, pad: usize) -> Tensor {
+        let mut mask = vec![0u8; b * l * l];
+        for bi in 0..b {
+            for i in 0..l {
+                for j in 0..=i {
+                    let padding = bi == 1 && j < pad && j != i;
+                    mask[(bi * l + i) * l + j] = u8::from(!padding);
+                }
+            }
+        }
+        Tensor::from_vec(mask, (b, 1, l, l), &Device::Cpu).unwrap()
+    }
+
+    /// Queries, keys and values of packed projections, each `(b, l, heads, d)`.
+    fn unpack(qkv: &Tensor, (h, n_kv, d): (usize, usize, usize)) -> [Tensor; 3] {
+        let (b, l) = (qkv.dim(0).unwrap(), qkv.dim(1).unwrap());
+        let part = |start: usize, heads: usize| {
+            qkv.narrow(D::Minus1, start * d, heads * d)
+                .unwrap()
+                .reshape((b, l, heads, d))
+                .unwrap()
+        };
+        [part(0, h), part(h, n_kv), part(h + n_kv, n_kv)]
+    }
+
+    /// The composition the decoder uses off the CPU: heads to the front, RoPE, scores,
+    /// softmax, values, back to `(b, l, heads · d)`.
+    fn composed(
+        qkv: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        allowed: &Tensor,
+        (h, n_kv, d): (usize, usize, usize),
+        scale: f64,
+    ) -> Tensor {
+        let (b, l) = (qkv.dim(0).unwrap(), qkv.dim(1).unwrap());
+        let [q, k, v] = unpack(qkv, (h, n_kv, d)).map(|t| t.transpose(1, 2).unwrap());
+        let q = train_ops::rope(&q, cos, sin).unwrap();
+        let k = train_ops::rope(&k, cos, sin).unwrap();
+        let v = v.contiguous().unwrap();
+        let n_rep = h / n_kv;
+        let q = q
+            .contiguous()
+            .unwrap()
+            .reshape((b, n_kv, n_rep * l, d))
+            .unwrap();
+        let scores = q
+            .matmul(&k.t().unwrap())
+            .unwrap()
+            .reshape((b, h, l, l))
+            .unwrap();
+        let probs = train_ops::masked_softmax(&scores, allowed, scale).unwrap();
+        probs
+            .reshape((b, n_kv, n_rep * l, l))
+            .unwrap()
+            .matmul(&v)
+            .unwrap()
+            .reshape((b, h, l, d))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .reshape((b, l, h * d))
+            .unwrap()
+    }
+
+    #[test]
+    fn fused_attention_matches_the_composed_ops_forward_and_backward() {
+        // Grouped heads (4 over 2) and plain ones (3 over 3); a row with padding; odd lengths;
+        // a single token.
+        for (b, l, h, n_kv, d, pad) in [(2, 7, 4, 2, 8, 3), (2, 5, 3, 3, 6, 1), (1, 1, 2, 1, 4, 0)]
+        {
+            let cos = Tensor::from_vec(values(b * l * d, 5), (b, 1, l, d), &Device::Cpu).unwrap();
+            let sin = Tensor::from_vec(values(b * l * d, 6), (b, 1, l, d), &Device::Cpu).unwrap();
+            let allowed = mask(b, l, pad);
+            let scale = 1.0 / (d as f64).sqrt();
+            check(
+                &[var(&[b, l, (h + 2 * n_kv) * d], 7)],
+                |t| attention(&t[0], &cos, &sin, &allowed, h, n_kv, d, scale).unwrap(),
+                |t| composed(&t[0], &cos, &sin, &allowed, (h, n_kv, d), scale),
+                1e-4,
+            );
+        }
+    }
+
+    #[test]
+    fn a_query_that_sees_no_key_gets_zeros_and_no_gradient() {
+        let (b, l, d) = (1, 2, 2);
+        let cos = Tensor::ones((b, 1, l, d), DType::F32, &Device::Cpu).unwrap();
+        let sin = Tensor::zeros((b, 1, l, d), DType::F32, &Device::Cpu).unwrap();
+        // Query 0 sees nothing; query 1 sees both keys.
+        let allowed = Tensor::from_vec(vec![0u8, 0, 1, 1], (b, 1, l, l), &Device::Cpu).unwrap();
+        let qkv = var(&[b, l, 3 * d], 1);
+        let out = attention(&qkv, &cos, &sin, &allowed, 1, 1, d, 1.0).unwrap();
+        let rows: Vec<Vec<f32>> = out.squeeze(0).unwrap().to_vec2().unwrap();
+        assert_eq!(rows[0], vec![0.0, 0.0]);
+        assert!(
+            rows[1].iter().all(|v| v.is_finite() && *v != 0.0),
+            "{rows:?}"
+        );
+        let grads = out.sum_all().unwrap().backward().unwrap();
+        let d_qkv: Vec<Vec<f32>> = grads
+            .get(&qkv)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        // Token 0's query gets nothing; its key and value are seen by query 1.
+        assert_eq!(&d_qkv[0][..d], &[0.0, 0.0]);
+        assert!(d_qkv[0][2 * d..].iter().any(|v| *v != 0.0), "{d_qkv:?}");
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_refused_with_every_shape() {
+        let (b, l, d) = (1, 3, 4);
+        let cos = Tensor::ones((b, 1, l, d), DType::F32, &Device::Cpu).unwrap();
+        let allowed = mask(b, l, 0);
+        // 3 query heads over 2 key/value heads.
+        let qkv = var(&[b, l, 7 * d], 1);
+        let err = attention(&qkv, &cos, &cos, &allowed, 3, 2, d, 0.5)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("fused attention") && err.contains("[1, 3, 28]"),
+            "{err}"
+        );
+        // Rows of the wrong width for the heads.
+        let qkv = var(&[b, l, 5 * d], 1);
+        let err = attention(&qkv, &cos, &cos, &allowed, 2, 1, d, 0.5)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[1, 3, 20]") && err.contains("expected [1, 3, 16]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn qk_norm_matches_rms_norm_per_head_and_passes_values_through() {
+        let (b, l, h, n_kv, d) = (2, 3, 4, 2, 8);
+        check(
+            &[
+                var(&[b, l, (h + 2 * n_kv) * d], 11),
+                var(&[d], 12),
+                var(&[d], 13),
+            ],
+            |t| qk_norm(&t[0], &t[1], &t[2], h, n_kv, 1e-6).unwrap(),
+            |t| {
+                let [q, k, v] = unpack(&t[0], (h, n_kv, d));
+                let q = candle_nn::ops::rms_norm_slow(&q, &t[1], 1e-6).unwrap();
+                let k = candle_nn::ops::rms_norm_slow(&k, &t[2], 1e-6).unwrap();
+                let flat = |x: Tensor| x.flatten_from(2).unwrap();
+                Tensor::cat(&[flat(q), flat(k), flat(v)], D::Minus1).unwrap()
+            },
+            1e-4,
+        );
+    }
+
+    #[test]
+    fn the_query_key_norm_is_the_same_on_every_run() {
+        // More rows than one block, so that several blocks' weight gradients are summed.
+        let (b, l, h, n_kv, d) = (4, 300, 2, 1, 16);
+        let qkv = var(&[b, l, (h + 2 * n_kv) * d], 21);
+        let (qw, kw) = (var(&[d], 22), var(&[d], 23));
+        let grads = || {
+            let g = qk_norm(&qkv, &qw, &kw, h, n_kv, 1e-6)
+                .unwrap()
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let q: Vec<f32> = g.get(&qw).unwrap().to_vec1().unwrap();
+            let k: Vec<f32> = g.get(&kw).unwrap().to_vec1().unwrap();
+            (q, k)
+        };
+        let first = grads();
+        for _ in 0..5 {
+            assert_eq!(grads(), first);
+        }
+    }
+}

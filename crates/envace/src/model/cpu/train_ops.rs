@@ -398,13 +398,16 @@ impl CustomOp3 for RmsNormBackward {
         let (dx, dw_out) = out.split_at_mut(rows * n);
         // dx_i = r (g_i w_i) − x_i r³ / n × Σ_j g_j w_j x_j, with r = 1 / rms(x);
         // dw_i = Σ_rows g_i x_i r.
-        let dw = dx
-            .par_chunks_mut(n)
+        // Fixed blocks of rows, their partial weight gradients summed in block order, so that
+        // the sum does not depend on how rayon shares the blocks out.
+        let block_rows = min_rows(n);
+        let partials: Vec<Vec<f32>> = dx
+            .par_chunks_mut(n * block_rows)
             .enumerate()
-            .with_min_len(min_rows(n))
-            .fold(
-                || vec![0f32; n],
-                |mut acc, (r, row)| {
+            .map(|(block, rows)| {
+                let mut acc = vec![0f32; n];
+                for (i, row) in rows.chunks_exact_mut(n).enumerate() {
+                    let r = block * block_rows + i;
                     let (gs, xs) = (&g[r * n..(r + 1) * n], &x[r * n..(r + 1) * n]);
                     let inv = self.forward.inv_rms(xs);
                     let dot: f32 = gs
@@ -418,18 +421,14 @@ impl CustomOp3 for RmsNormBackward {
                         *o = inv * gs[i] * w[i] - xs[i] * k;
                         acc[i] += gs[i] * xs[i] * inv;
                     }
-                    acc
-                },
-            )
-            .reduce(
-                || vec![0f32; n],
-                |mut a, b| {
-                    for (ai, bi) in a.iter_mut().zip(&b) {
-                        *ai += bi;
-                    }
-                    a
-                },
-            );
+                }
+                acc
+            })
+            .collect();
+        let mut dw = vec![0f32; n];
+        for partial in &partials {
+            dw.iter_mut().zip(partial).for_each(|(a, b)| *a += b);
+        }
         dw_out.copy_from_slice(&dw);
         Ok((CpuStorage::F32(out), Shape::from((rows + 1, n))))
     }
@@ -815,6 +814,27 @@ mod tests {
         let probs = masked_softmax(&scores, &allowed, 1.0).unwrap();
         let got: Vec<f32> = probs.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(got, vec![0.0, 0.0, 0.5, 0.5]);
+    }
+
+    #[test]
+    fn the_rms_norm_weight_gradient_is_the_same_on_every_run() {
+        // Many blocks of rows, so that rayon may share them out differently each time.
+        let (x, w) = (var(&[1200, 256], 41), var(&[256], 42));
+        let grad = || -> Vec<f32> {
+            let g = rms_norm(&x, &w, 1e-6)
+                .unwrap()
+                .sqr()
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            g.get(&w).unwrap().to_vec1().unwrap()
+        };
+        let first = grad();
+        for _ in 0..5 {
+            assert_eq!(grad(), first);
+        }
     }
 
     #[test]

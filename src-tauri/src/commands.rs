@@ -276,20 +276,12 @@ pub fn list_runs(state: State<'_, StudioState>) -> Result<Vec<RunInfo>, StudioEr
         .collect())
 }
 
-/// A config enum's name as the TOML spells it (`rehearse`, `llm`, `role_wise`).
-fn toml_word<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// The settings of a run the views group or judge it by.
 fn run_setup(config: &config::ExperimentConfig) -> RunSetup {
     RunSetup {
         seed: config.run.seed.to_string(),
-        tool_response_mode: toml_word(&config.env.tool_response_mode),
-        judge: toml_word(&config.judge.kind),
+        tool_response_mode: config::word(&config.env.tool_response_mode),
+        judge: config::word(&config.judge.kind),
     }
 }
 
@@ -309,7 +301,7 @@ pub fn pending_mcp_servers(toml: String) -> Result<Vec<PendingMcpServer>, Studio
     let config = config::parse(&toml, UNSAVED).map_err(|errors| {
         StudioError::from_engine("Cannot read the config", &envace::Error::Config(errors))
     })?;
-    if config.env.mcp_servers.iter().all(|s| s.command.is_empty()) {
+    if !config.env.has_stdio_mcp_server() {
         return Ok(Vec::new());
     }
     let path = envace::trust::default_path()
@@ -723,7 +715,7 @@ pub async fn run_group(
         run,
         step,
         group,
-        baseline: toml_word(&config.rl.advantage_baseline),
+        baseline: config::word(&config.rl.advantage_baseline),
         divide_by_std: config.rl.divide_by_std,
         members,
     })

@@ -47,7 +47,7 @@ pub fn ask(config: &ExperimentConfig, file: &Path, yes: bool) -> Result<bool> {
 /// `envace config confirm-mcp FILE [--yes]`.
 pub fn confirm_command(file: &Path, yes: bool) -> Result<ExitCode> {
     let config = envace::config::parse_file(file)?;
-    if config.env.mcp_servers.iter().all(|s| s.command.is_empty()) {
+    if !config.env.has_stdio_mcp_server() {
         out!("{} starts no MCP server", file.display());
         return Ok(ExitCode::SUCCESS);
     }
@@ -65,9 +65,7 @@ pub fn confirm_command(file: &Path, yes: bool) -> Result<ExitCode> {
 /// `envace train`'s prompt: on a terminal, asks about unconfirmed servers before the job
 /// starts; elsewhere the job's own refusal says what to run.
 pub fn prompt_before_training(config: &ExperimentConfig, file: &Path) -> Result<()> {
-    if config.env.mcp_servers.iter().any(|s| !s.command.is_empty())
-        && std::io::stdin().is_terminal()
-    {
+    if config.env.has_stdio_mcp_server() && std::io::stdin().is_terminal() {
         ask(config, file, false)?;
     }
     Ok(())

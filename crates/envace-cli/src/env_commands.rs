@@ -76,13 +76,9 @@ pub fn env_command(command: EnvCommand) -> Result<ExitCode> {
         } => {
             let arguments: Value = serde_json::from_str(&args)
                 .with_context(|| format!("--args {args:?} is not JSON"))?;
-            let server = match (url, command.split_first()) {
+            let server = match (url, McpServer::from_argv(&command)) {
                 (Some(url), _) => McpServer::Http { url },
-                (None, Some((program, rest))) => McpServer::Command {
-                    program: program.clone(),
-                    args: rest.to_vec(),
-                    env: Vec::new(),
-                },
+                (None, Some(server)) => server,
                 (None, None) => bail!("give the server's command after `--`, or --url URL"),
             };
             let options = McpOptions {

@@ -84,12 +84,8 @@ impl RealEnvs {
         crate::trust::check_default(config)?;
         let mut servers = Vec::with_capacity(config.env.mcp_servers.len());
         for (idx, entry) in config.env.mcp_servers.iter().enumerate() {
-            let server = match (entry.command.split_first(), &entry.url) {
-                (Some((program, args)), _) => McpServer::Command {
-                    program: program.clone(),
-                    args: args.to_vec(),
-                    env: Vec::new(),
-                },
+            let server = match (McpServer::from_argv(&entry.command), &entry.url) {
+                (Some(server), _) => server,
                 (None, Some(url)) => McpServer::Http { url: url.clone() },
                 (None, None) => {
                     return Err(Error::Mcp {
@@ -436,6 +432,19 @@ pub enum McpServer {
         /// The URL.
         url: String,
     },
+}
+
+impl McpServer {
+    /// The command `argv` (program first) as a server spawned with no extra environment, or
+    /// `None` when `argv` is empty.
+    pub fn from_argv(argv: &[String]) -> Option<McpServer> {
+        let (program, args) = argv.split_first()?;
+        Some(McpServer::Command {
+            program: program.clone(),
+            args: args.to_vec(),
+            env: Vec::new(),
+        })
+    }
 }
 
 impl fmt::Display for McpServer {

@@ -162,7 +162,7 @@ pub fn check(config: &ExperimentConfig, path: &Path) -> Result<()> {
 
 /// [`check`] against [`default_path`]; a config without stdio servers never reads the file.
 pub fn check_default(config: &ExperimentConfig) -> Result<()> {
-    if config.env.mcp_servers.iter().all(|s| s.command.is_empty()) {
+    if !config.env.has_stdio_mcp_server() {
         return Ok(());
     }
     check(config, &default_path()?)

@@ -22,6 +22,15 @@ use serde::{Deserialize, Serialize};
 pub use presets::{PRESETS, Preset, preset, preset_names};
 pub use validate::{ConfigErrors, ConfigIssue, json_schema, json_schema_value, parse, parse_file};
 
+/// A config enum's name as its TOML spells it (`rehearse`, `role_wise`, `cpu`), unquoted; empty
+/// for a value that is not a plain word.
+pub fn word<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 /// The arm of each run `(id, parsed config)`: runs whose configs are equal once `[run].seed`
 /// and `[run].name` are set aside (they differ only in seed) share the smallest id among
 /// them; a run whose config did not parse is an arm of its own. The studio's compare view and
@@ -528,6 +537,14 @@ pub struct McpServerConfig {
     #[serde(default = "defaults::mcp_timeout_secs")]
     #[schemars(range(min = 0.1, max = 3600.0))]
     pub timeout_secs: f64,
+}
+
+impl EnvConfig {
+    /// Whether an `[[env.mcp_servers]]` entry starts a local command (stdio), which must be
+    /// confirmed before a job spawns it (see `trust`).
+    pub fn has_stdio_mcp_server(&self) -> bool {
+        self.mcp_servers.iter().any(|s| !s.command.is_empty())
+    }
 }
 
 impl Default for EnvConfig {

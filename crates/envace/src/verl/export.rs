@@ -1292,5 +1292,5 @@ fn set_executable(_path: &Path) -> Result<()> {
 
 /// A config enum as its TOML text, quoted (`"cpu"`).
 fn toml_word<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value).map_or_else(|_| "?".to_owned(), |v| v.to_string())
+    format!("\"{}\"", crate::config::word(value))
 }

@@ -135,7 +135,7 @@ pub(super) fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, Stri
                 &format!("{at}.domain"),
                 format!(
                     "\"{}\" is not in env.domains, so no task would use this server",
-                    serde_name(server.domain)
+                    crate::config::word(&server.domain)
                 ),
             );
         }
@@ -147,7 +147,7 @@ pub(super) fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, Stri
                 &format!("{at}.domain"),
                 format!(
                     "\"{}\" already has an MCP server; a domain has at most one",
-                    serde_name(server.domain)
+                    crate::config::word(&server.domain)
                 ),
             );
         }
@@ -288,21 +288,14 @@ pub(super) fn cross_field_issues(config: &ExperimentConfig) -> Vec<(String, Stri
     issues
 }
 
-fn serde_name<T: serde::Serialize>(value: T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 fn source_name(source: ModelSource) -> String {
-    serde_name(source)
+    crate::config::word(&source)
 }
 
 fn mode_name(mode: ToolResponseMode) -> String {
-    serde_name(mode)
+    crate::config::word(&mode)
 }
 
 fn benchmark_name(benchmark: Benchmark) -> String {
-    serde_name(benchmark)
+    crate::config::word(&benchmark)
 }

@@ -22,8 +22,8 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Stora
 use rayon::prelude::*;
 use std::sync::Arc;
 
-use super::quant::exp_shifted_f32;
 use super::strided::{self, View};
+use super::train_ops::masked_softmax_row;
 use super::{f32s, for_rows, last_dim};
 
 /// Sizes of one attention call.
@@ -219,28 +219,8 @@ impl Attention {
         for (row_idx, row) in probs.chunks_exact_mut(l).enumerate() {
             let i = row_idx % l;
             let mask = &self.tables.allowed[(bi * l + i) * l..(bi * l + i + 1) * l];
-            let mut max = f32::NEG_INFINITY;
-            for (&x, &m) in row.iter().zip(mask) {
-                if m != 0 {
-                    max = max.max(x);
-                }
-            }
-            if max == f32::NEG_INFINITY {
-                row.fill(0.0); // no key allowed: zeros
-                continue;
-            }
             scores.copy_from_slice(row);
-            exp_shifted_f32(&scores, max, 1.0, row);
-            let mut sum = 0f32;
-            for (p, &m) in row.iter_mut().zip(mask) {
-                if m == 0 {
-                    *p = 0.0;
-                } else {
-                    sum += *p;
-                }
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|p| *p *= inv);
+            masked_softmax_row(&scores, mask, 1.0, row);
         }
         Pair {
             keys,
@@ -322,14 +302,7 @@ fn contiguous(data: &[f32], rows: usize, cols: usize) -> View<'_> {
 
 /// The transpose of row-major `rows × cols` `data`, as a `cols × rows` view.
 fn transposed(data: &[f32], rows: usize, cols: usize) -> View<'_> {
-    View {
-        data,
-        offset: 0,
-        rows: cols,
-        cols: rows,
-        row_stride: 1,
-        col_stride: cols,
-    }
+    contiguous(data, rows, cols).t()
 }
 
 /// The f32 values of a tensor's storage on the CPU.
@@ -413,14 +386,7 @@ impl Attention {
                 );
                 // dP = dO Vᵀ, then dS = scale · P ∘ (dP − Σ_j dP_j P_j), in place of P.
                 let mut dp = vec![0f32; rows * l];
-                let values = self.values(qkv, bi, kv);
-                let values_t = View {
-                    rows: values.cols,
-                    cols: values.rows,
-                    row_stride: values.col_stride,
-                    col_stride: values.row_stride,
-                    ..values
-                };
+                let values_t = self.values(qkv, bi, kv).t();
                 strided::product(&mut dp, contiguous(&grad_out, rows, d), values_t, 1.0);
                 for (p_row, dp_row) in probs.chunks_exact_mut(l).zip(dp.chunks_exact(l)) {
                     let dot: f32 = p_row.iter().zip(dp_row).map(|(&p, &x)| p * x).sum();

@@ -18,6 +18,17 @@ pub(crate) struct View<'a> {
 }
 
 impl View<'_> {
+    /// The transposed matrix: the same elements, rows and columns swapped.
+    pub fn t(self) -> Self {
+        View {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
     /// One past the largest index the view reaches (0 when it is empty).
     fn end(&self) -> usize {
         if self.rows == 0 || self.cols == 0 {

@@ -222,29 +222,7 @@ impl CustomOp2 for MaskedSoftmax {
         for_rows(&mut out, t, |r, row| {
             let xs = &scores[r * t..(r + 1) * t];
             let ms = &mask[self.mask_row(r) * t..(self.mask_row(r) + 1) * t];
-            let mut max = f32::NEG_INFINITY;
-            for (&x, &m) in xs.iter().zip(ms) {
-                if m != 0 {
-                    max = max.max(x * self.scale);
-                }
-            }
-            if max == f32::NEG_INFINITY {
-                return; // no key allowed: zeros
-            }
-            // e^(x·scale − max) for every key by the vector kernel, then masked keys to 0.
-            exp_shifted_f32(xs, max / self.scale, self.scale, row);
-            let mut sum = 0f32;
-            for (o, &m) in row.iter_mut().zip(ms) {
-                if m == 0 {
-                    *o = 0.0;
-                } else {
-                    sum += *o;
-                }
-            }
-            let inv = 1.0 / sum;
-            for o in row.iter_mut() {
-                *o *= inv;
-            }
+            masked_softmax_row(xs, ms, self.scale, row);
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -262,6 +240,33 @@ impl CustomOp2 for MaskedSoftmax {
             .apply_op2_no_bwd(&res.contiguous()?, &SoftmaxBackward { scale: self.scale })?;
         Ok((Some(grad), None))
     }
+}
+
+/// `out = softmax(scale × xs)` over the keys `mask` allows (non-zero), 0 for the others; all
+/// zeros when it allows none. `scale` is finite and non-zero.
+pub(super) fn masked_softmax_row(xs: &[f32], mask: &[u8], scale: f32, out: &mut [f32]) {
+    let mut max = f32::NEG_INFINITY;
+    for (&x, &m) in xs.iter().zip(mask) {
+        if m != 0 {
+            max = max.max(x * scale);
+        }
+    }
+    if max == f32::NEG_INFINITY {
+        out.fill(0.0); // no key allowed: zeros
+        return;
+    }
+    // e^(x·scale − max) for every key by the vector kernel, then masked keys to 0.
+    exp_shifted_f32(xs, max / scale, scale, out);
+    let mut sum = 0f32;
+    for (o, &m) in out.iter_mut().zip(mask) {
+        if m == 0 {
+            *o = 0.0;
+        } else {
+            sum += *o;
+        }
+    }
+    let inv = 1.0 / sum;
+    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 /// The backward pass of [`MaskedSoftmax`] with its scale (given the probabilities), row by row

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::strided::{self, View};
-use super::train_ops::masked_softmax_row;
+use super::train_ops::{masked_softmax_row, rope_row};
 use super::{f32s, for_rows, last_dim};
 
 /// Sizes of one attention call.
@@ -172,7 +172,6 @@ impl Attention {
         out: &mut [f32],
     ) {
         let d = self.geometry.head_dim;
-        let half = d / 2;
         for (i, row) in out.chunks_exact_mut(d).enumerate() {
             let table = (bi * self.geometry.len + i) * d;
             let (c, s) = (
@@ -180,18 +179,7 @@ impl Attention {
                 &self.tables.sin[table..table + d],
             );
             let xs = &x[x_offset + i * x_stride..x_offset + i * x_stride + d];
-            if transpose {
-                // The adjoint of y = x c + rot(x) s, rot(x) = (−x₂, x₁).
-                for j in 0..half {
-                    row[j] = xs[j] * c[j] + xs[j + half] * s[j + half];
-                    row[j + half] = xs[j + half] * c[j + half] - xs[j] * s[j];
-                }
-            } else {
-                for j in 0..half {
-                    row[j] = xs[j] * c[j] - xs[j + half] * s[j];
-                    row[j + half] = xs[j + half] * c[j + half] + xs[j] * s[j + half];
-                }
-            }
+            rope_row(xs, c, s, transpose, row);
         }
     }
 

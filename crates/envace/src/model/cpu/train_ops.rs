@@ -467,6 +467,25 @@ pub(crate) fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     )
 }
 
+/// One head's row `xs` rotated by the tables `c`, `s` (rotate-half layout) into `out`, or by the
+/// transposed rotation (the backward pass).
+pub(super) fn rope_row(xs: &[f32], c: &[f32], s: &[f32], transpose: bool, out: &mut [f32]) {
+    let half = xs.len() / 2;
+    if transpose {
+        // The adjoint of y = x c + rot(x) s, rot(x) = (−x₂, x₁):
+        // dx₁ = g₁ c₁ + g₂ s₂, dx₂ = g₂ c₂ − g₁ s₁.
+        for i in 0..half {
+            out[i] = xs[i] * c[i] + xs[i + half] * s[i + half];
+            out[i + half] = xs[i + half] * c[i + half] - xs[i] * s[i];
+        }
+    } else {
+        for i in 0..half {
+            out[i] = xs[i] * c[i] - xs[i + half] * s[i];
+            out[i + half] = xs[i + half] * c[i + half] + xs[i] * s[i + half];
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Rope {
     n_heads: usize,
@@ -493,26 +512,12 @@ impl CustomOp3 for Rope {
         let cos = f32s(s2, l2, self.name())?;
         let sin = f32s(s3, l3, self.name())?;
         let d = last_dim(l1.shape(), self.name())?;
-        let half = d / 2;
         let per_batch = self.n_heads * self.n_positions;
         let mut out = vec![0f32; x.len()];
         for_rows(&mut out, d, |r, row| {
             let table = ((r / per_batch) * self.n_positions + r % self.n_positions) * d;
             let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
-            let xs = &x[r * d..(r + 1) * d];
-            if self.transpose {
-                // The adjoint of y = x c + rot(x) s, rot(x) = (−x₂, x₁):
-                // dx₁ = g₁ c₁ + g₂ s₂, dx₂ = g₂ c₂ − g₁ s₁.
-                for i in 0..half {
-                    row[i] = xs[i] * c[i] + xs[i + half] * s[i + half];
-                    row[i + half] = xs[i + half] * c[i + half] - xs[i] * s[i];
-                }
-            } else {
-                for i in 0..half {
-                    row[i] = xs[i] * c[i] - xs[i + half] * s[i];
-                    row[i + half] = xs[i + half] * c[i + half] + xs[i] * s[i + half];
-                }
-            }
+            rope_row(&x[r * d..(r + 1) * d], c, s, self.transpose, row);
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }

@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::strided::{self, View};
-use super::train_ops::{masked_softmax_row, rope_row};
+use super::train_ops::{masked_softmax_row, rms_norm_row, rms_norm_row_backward, rope_row};
 use super::{f32s, for_rows, last_dim};
 
 /// Sizes of one attention call.
@@ -445,8 +445,8 @@ pub(crate) fn qk_norm(
         &q_w.contiguous()?,
         &k_w.contiguous()?,
         QkNorm {
-            normed_heads: n_heads + n_kv_heads,
             n_heads,
+            n_kv_heads,
             head_dim,
             eps: eps as f32,
         },
@@ -455,17 +455,16 @@ pub(crate) fn qk_norm(
 
 #[derive(Clone, Copy)]
 struct QkNorm {
-    /// Heads normalised per token: the query heads, then the key heads.
-    normed_heads: usize,
     n_heads: usize,
+    n_kv_heads: usize,
     head_dim: usize,
     eps: f32,
 }
 
 impl QkNorm {
-    fn inv_rms(&self, xs: &[f32]) -> f32 {
-        let mean = xs.iter().map(|v| v * v).sum::<f32>() / xs.len() as f32;
-        1.0 / (mean + self.eps).sqrt()
+    /// Heads normalised per token: the query heads, then the key heads.
+    fn normed_heads(&self) -> usize {
+        self.n_heads + self.n_kv_heads
     }
 
     /// The weight of head `h` of a token: the query weight for query heads, else the key one.
@@ -495,13 +494,14 @@ impl CustomOp3 for QkNorm {
         let mut out = x.to_vec();
         for_rows(&mut out, width, |r, row| {
             let xs = &x[r * width..(r + 1) * width];
-            for h in 0..self.normed_heads {
-                let head = &xs[h * d..(h + 1) * d];
-                let inv = self.inv_rms(head);
+            for h in 0..self.normed_heads() {
                 let w = self.weight(h, q_w, k_w);
-                for ((o, &xi), &wi) in row[h * d..(h + 1) * d].iter_mut().zip(head).zip(w) {
-                    *o = xi * inv * wi;
-                }
+                rms_norm_row(
+                    &xs[h * d..(h + 1) * d],
+                    w,
+                    self.eps,
+                    &mut row[h * d..(h + 1) * d],
+                );
             }
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
@@ -527,8 +527,7 @@ impl CustomOp3 for QkNorm {
             let x = cpu_f32s(&x_s, x_l, WHAT)?;
             let (qw, kw) = (cpu_f32s(&q_s, q_l, WHAT)?, cpu_f32s(&k_s, k_l, WHAT)?);
             let g = cpu_f32s(&g_s, g_l, WHAT)?;
-            // Per head: dx_i = r (g_i w_i) − x_i r³ / d × Σ_j g_j w_j x_j, r = 1 / rms(x);
-            // dw_i = Σ g_i x_i r over the heads that use w. Values: dx = g.
+            // Per head as RMSNorm's backward; values pass the gradient through (dx = g).
             let mut dx = g.to_vec();
             // Fixed blocks of rows, their partial weight gradients summed in block order, so
             // that the sum does not depend on how rayon shares the blocks out.
@@ -540,23 +539,17 @@ impl CustomOp3 for QkNorm {
                     let mut acc = vec![0f32; 2 * d];
                     for (i, row) in rows.chunks_exact_mut(width).enumerate() {
                         let r = block * block_rows + i;
-                        for h in 0..self.normed_heads {
-                            let xs = &x[r * width + h * d..r * width + (h + 1) * d];
-                            let gs = &g[r * width + h * d..r * width + (h + 1) * d];
-                            let w = self.weight(h, qw, kw);
-                            let inv = self.inv_rms(xs);
-                            let dot: f32 = gs
-                                .iter()
-                                .zip(xs)
-                                .zip(w)
-                                .map(|((&gi, &xi), &wi)| gi * wi * xi)
-                                .sum();
-                            let k = inv * inv * inv * dot / d as f32;
+                        for h in 0..self.normed_heads() {
+                            let at = r * width + h * d..r * width + (h + 1) * d;
                             let acc_w = if h < self.n_heads { 0 } else { d };
-                            for j in 0..d {
-                                row[h * d + j] = inv * gs[j] * w[j] - xs[j] * k;
-                                acc[acc_w + j] += gs[j] * xs[j] * inv;
-                            }
+                            rms_norm_row_backward(
+                                &g[at.clone()],
+                                &x[at],
+                                self.weight(h, qw, kw),
+                                self.eps,
+                                &mut row[h * d..(h + 1) * d],
+                                &mut acc[acc_w..acc_w + d],
+                            );
                         }
                     }
                     acc

@@ -324,11 +324,42 @@ struct RmsNorm {
     eps: f32,
 }
 
-impl RmsNorm {
-    fn inv_rms(&self, xs: &[f32]) -> f32 {
-        let mean_sq = xs.iter().map(|&v| v * v).sum::<f32>() / xs.len() as f32;
-        1.0 / (mean_sq + self.eps).sqrt()
+/// `out = xs / rms(xs) × w`, one row of RMSNorm.
+pub(super) fn rms_norm_row(xs: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let inv = inv_rms(xs, eps);
+    for ((o, &xi), &wi) in out.iter_mut().zip(xs).zip(w) {
+        *o = xi * inv * wi;
     }
+}
+
+/// The backward pass of [`rms_norm_row`] for the incoming gradient `gs`: writes `dx` and adds
+/// this row's share of the weight gradient into `dw`. With r = 1 / rms(x):
+/// dx_i = r (g_i w_i) − x_i r³ / n × Σ_j g_j w_j x_j, dw_i += g_i x_i r.
+pub(super) fn rms_norm_row_backward(
+    gs: &[f32],
+    xs: &[f32],
+    w: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dw: &mut [f32],
+) {
+    let inv = inv_rms(xs, eps);
+    let dot: f32 = gs
+        .iter()
+        .zip(xs)
+        .zip(w)
+        .map(|((&gi, &xi), &wi)| gi * wi * xi)
+        .sum();
+    let k = inv * inv * inv * dot / xs.len() as f32;
+    for i in 0..xs.len() {
+        dx[i] = inv * gs[i] * w[i] - xs[i] * k;
+        dw[i] += gs[i] * xs[i] * inv;
+    }
+}
+
+fn inv_rms(xs: &[f32], eps: f32) -> f32 {
+    let mean_sq = xs.iter().map(|&v| v * v).sum::<f32>() / xs.len() as f32;
+    1.0 / (mean_sq + eps).sqrt()
 }
 
 impl CustomOp2 for RmsNorm {
@@ -348,11 +379,7 @@ impl CustomOp2 for RmsNorm {
         let n = w.len();
         let mut out = vec![0f32; x.len()];
         for_rows(&mut out, n, |r, row| {
-            let xs = &x[r * n..(r + 1) * n];
-            let inv = self.inv_rms(xs);
-            for ((o, &xi), &wi) in row.iter_mut().zip(xs).zip(w) {
-                *o = xi * inv * wi;
-            }
+            rms_norm_row(&x[r * n..(r + 1) * n], w, self.eps, row);
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -401,8 +428,6 @@ impl CustomOp3 for RmsNormBackward {
         let rows = x.len() / n;
         let mut out = vec![0f32; (rows + 1) * n];
         let (dx, dw_out) = out.split_at_mut(rows * n);
-        // dx_i = r (g_i w_i) − x_i r³ / n × Σ_j g_j w_j x_j, with r = 1 / rms(x);
-        // dw_i = Σ_rows g_i x_i r.
         // Fixed blocks of rows, their partial weight gradients summed in block order, so that
         // the sum does not depend on how rayon shares the blocks out.
         let block_rows = min_rows(n);
@@ -414,18 +439,7 @@ impl CustomOp3 for RmsNormBackward {
                 for (i, row) in rows.chunks_exact_mut(n).enumerate() {
                     let r = block * block_rows + i;
                     let (gs, xs) = (&g[r * n..(r + 1) * n], &x[r * n..(r + 1) * n]);
-                    let inv = self.forward.inv_rms(xs);
-                    let dot: f32 = gs
-                        .iter()
-                        .zip(xs)
-                        .zip(w)
-                        .map(|((&gi, &xi), &wi)| gi * wi * xi)
-                        .sum();
-                    let k = inv * inv * inv * dot / n as f32;
-                    for (i, o) in row.iter_mut().enumerate() {
-                        *o = inv * gs[i] * w[i] - xs[i] * k;
-                        acc[i] += gs[i] * xs[i] * inv;
-                    }
+                    rms_norm_row_backward(gs, xs, w, self.forward.eps, row, &mut acc);
                 }
                 acc
             })

@@ -14,6 +14,7 @@ use candle_core::{CpuStorage, DType, Storage, StorageRef, Tensor, TensorId};
 use rayon::prelude::*;
 
 use super::cpu::decode_ops::{KeysValues, attend_one, rms_norm_rows, rows_times_weights};
+use super::cpu::silu_mul_into;
 use super::{KvCache, Policy};
 
 /// Whether [`Policy::generate`] decodes with [`Policy::decode_step`].
@@ -279,7 +280,7 @@ impl Policy {
             // gets enough keys to be worth a hand-over.
             attended.fill(0.0);
             let (keys, values) = (&state.keys[li], &state.values[li]);
-            let attend = |task: usize, out: &mut [f32]| {
+            let attend = |scratch: &mut Vec<f32>, task: usize, out: &mut [f32]| {
                 let (row, head) = (task / n_heads, task % n_heads);
                 let base = (row * n_kv + head / n_rep) * cap_d;
                 let cached = KeysValues {
@@ -289,20 +290,21 @@ impl Policy {
                     v_stride: d,
                 };
                 let q = &qkv[row * qkv_width + head * d..row * qkv_width + (head + 1) * d];
-                attend_one(q, &cached, &state.key_mask[row][..t], scale, out);
+                attend_one(q, &cached, &state.key_mask[row][..t], scale, scratch, out);
             };
             let min_tasks = (16_384 / (t * d).max(1)).max(1);
             if b * n_heads <= min_tasks {
+                let mut scratch = Vec::new();
                 attended
                     .chunks_mut(d)
                     .enumerate()
-                    .for_each(|(task, out)| attend(task, out));
+                    .for_each(|(task, out)| attend(&mut scratch, task, out));
             } else {
                 attended
                     .par_chunks_mut(d)
                     .enumerate()
                     .with_min_len(min_tasks)
-                    .for_each(|(task, out)| attend(task, out));
+                    .for_each_init(Vec::new, |scratch, (task, out)| attend(scratch, task, out));
             }
             rows_times_weights(&attended, b, q_dim, &[locked.get(idx.o)], &mut projected);
             x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
@@ -312,9 +314,7 @@ impl Policy {
             rows_times_weights(&normed, b, h, &gate_up_w, &mut gate_up);
             for (row, out) in gate_up.chunks(2 * inter).zip(act.chunks_mut(inter)) {
                 let (gate, up) = row.split_at(inter);
-                for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                    *o = g / (1.0 + (-g).exp()) * u;
-                }
+                silu_mul_into(gate, up, out);
             }
             rows_times_weights(&act, b, inter, &[locked.get(idx.down)], &mut projected);
             x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);

@@ -10,6 +10,7 @@
 
 use super::TransformerConfig;
 use super::cpu::decode_ops::rms_norm_rows;
+use super::cpu::silu_mul_into;
 use super::quant::{self, Kernel, Q8Rows, QMatrix};
 
 /// One decoder layer's weights.
@@ -182,9 +183,7 @@ impl QLlama {
             let n_i = self.intermediate;
             for (row, out) in gate_up.chunks_exact(2 * n_i).zip(act.chunks_exact_mut(n_i)) {
                 let (gate, up) = row.split_at(n_i);
-                for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-                    *o = g / (1.0 + (-g).exp()) * u;
-                }
+                silu_mul_into(gate, up, out);
             }
             let aq = Q8Rows::quantize(l, n_i, &act);
             quant::matmul(&layer.ffn_down, &aq, &mut proj, self.kernel);

@@ -6,7 +6,10 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
-use super::quant::{axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32};
+use super::quant::{
+    TILE, axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32,
+    exp_shifted_f32, tile16_f32,
+};
 use super::{CHUNK, f32s};
 
 // ---------------------------------------------------------------------------------------------
@@ -121,20 +124,25 @@ pub(crate) struct KeysValues<'a> {
 
 /// One query head's attention over the cached keys `allowed` lets it see (one byte per key):
 /// `out += softmax(scale · q · kᵀ) · v`; `out` stays as it is when no key is allowed.
+/// `scratch` holds the scores between the steps (reused across calls, so that a decode step
+/// allocates nothing per head); the exponentials are the vector kernel's.
 pub(crate) fn attend_one(
     q: &[f32],
     keys: &KeysValues<'_>,
     allowed: &[u8],
     scale: f32,
+    scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    let t = allowed.len();
+    scratch.clear();
+    scratch.resize(2 * t, 0.0);
+    let (scores, probs) = scratch.split_at_mut(t);
     // Every cached key's score, then −∞ for those the mask excludes.
-    let mut scores = vec![0f32; allowed.len()];
-    dots_strided_f32(q, keys.k, keys.k_stride, &mut scores);
+    dots_strided_f32(q, keys.k, keys.k_stride, scores);
     let mut max = f32::NEG_INFINITY;
     for (score, &allowed) in scores.iter_mut().zip(allowed) {
         if allowed != 0 {
-            *score *= scale;
             max = max.max(*score);
         } else {
             *score = f32::NEG_INFINITY;
@@ -143,19 +151,13 @@ pub(crate) fn attend_one(
     if max == f32::NEG_INFINITY {
         return;
     }
-    let mut sum = 0f32;
-    for score in scores.iter_mut() {
-        *score = if *score == f32::NEG_INFINITY {
-            0.0
-        } else {
-            (*score - max).exp()
-        };
-        sum += *score;
+    // exp(scale · (s − max)): the masked keys' −∞ gives 0.
+    let sum = exp_shifted_f32(scores, max, scale, probs);
+    let inverse = (1.0 / sum) as f32;
+    for p in probs.iter_mut() {
+        *p *= inverse;
     }
-    for p in scores.iter_mut() {
-        *p /= sum;
-    }
-    axpy_strided_f32(out, &scores, keys.v, keys.v_stride);
+    axpy_strided_f32(out, probs, keys.v, keys.v_stride);
 }
 
 impl CustomOp3 for DecodeAttention<'_> {
@@ -183,7 +185,7 @@ impl CustomOp3 for DecodeAttention<'_> {
         let b = q.len() / (self.n_heads * d);
         let mut out = vec![0f32; q.len()];
         let (k_rows, v_rows) = (k.rows(t)?, v.rows(t)?);
-        let attend = |row: usize, o: &mut [f32]| {
+        let attend = |scratch: &mut Vec<f32>, row: usize, o: &mut [f32]| {
             let (bi, hi) = (row / self.n_heads, row % self.n_heads);
             let kv_head = hi / n_rep;
             let keys = KeysValues {
@@ -193,19 +195,27 @@ impl CustomOp3 for DecodeAttention<'_> {
                 v_stride: v.strides[2],
             };
             let mask = &self.allowed[bi * t..(bi + 1) * t];
-            attend_one(&q[row * d..(row + 1) * d], &keys, mask, self.scale, o);
+            attend_one(
+                &q[row * d..(row + 1) * d],
+                &keys,
+                mask,
+                self.scale,
+                scratch,
+                o,
+            );
         };
         // Rows in parallel once each task gets enough keys to be worth a hand-over.
         let min_rows = (CHUNK / (t * d).max(1)).max(1);
         if b * self.n_heads <= min_rows {
+            let mut scratch = Vec::new();
             out.chunks_mut(d)
                 .enumerate()
-                .for_each(|(r, o)| attend(r, o));
+                .for_each(|(r, o)| attend(&mut scratch, r, o));
         } else {
             out.par_chunks_mut(d)
                 .enumerate()
                 .with_min_len(min_rows)
-                .for_each(|(r, o)| attend(r, o));
+                .for_each_init(Vec::new, |scratch, (r, o)| attend(scratch, r, o));
         }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -271,11 +281,14 @@ impl CustomOp2 for SmallLinear {
 ///
 /// Blocks of 16 output columns (never straddling two weights) run in parallel. Each block's
 /// results are laid out row by row (`n × 16`), so that putting them in place afterwards copies
-/// a cache line per row and block. Within a block, groups of four weight rows against four
-/// input rows make 4 × 4 tiles; leftover weight rows and inputs take narrower products, and a
-/// single input row takes sixteen weight rows per reduction.
+/// a cache line per row and block. Within a block, each whole group of sixteen input rows is
+/// one 16 × 16 tile ([`tile16_f32`], on the inputs transposed once per call: sums build up in
+/// vector lanes with no reduction at the end); the other rows take 4 × 4 dot-product tiles of
+/// four weight rows against four input rows, leftover weight rows and inputs narrower
+/// products, and a single input row takes sixteen weight rows per reduction.
 pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], out: &mut [f32]) {
-    const BLOCK: usize = 16;
+    // The tile kernel's width.
+    const BLOCK: usize = TILE;
     let total: usize = ws.iter().map(|w| w.len() / k.max(1)).sum();
     assert!(
         x.len() >= n * k && out.len() == n * total,
@@ -295,6 +308,20 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
         column += rows;
     }
     let row = |r: usize| &x[r * k..(r + 1) * k];
+    // Whole groups of sixteen input rows, transposed for the tile kernel (`k` groups of sixteen
+    // values each, one per row).
+    let n_tiled = n / TILE * TILE;
+    let mut xt = vec![0f32; n_tiled * k];
+    for (g, xt) in xt.chunks_mut(TILE * k.max(1)).enumerate() {
+        for (r, x) in x[g * TILE * k..(g + 1) * TILE * k]
+            .chunks(k.max(1))
+            .enumerate()
+        {
+            for (j, &v) in x.iter().enumerate() {
+                xt[j * TILE + r] = v;
+            }
+        }
+    }
     let product = |&(wi, start, width, _): &(usize, usize, usize, usize), cols: &mut [f32]| {
         let w = ws[wi];
         let weight = |o: usize| &w[o * k..(o + 1) * k];
@@ -307,11 +334,26 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
             );
             return;
         }
+        // Full blocks against whole groups of sixteen rows take the 16 × 16 tile (where the CPU
+        // has one); the other rows, the dot products below.
+        let mut first = 0;
+        if width == BLOCK {
+            let block = &w[start * k..(start + BLOCK) * k];
+            for (g, xt) in xt.chunks(TILE * k.max(1)).enumerate() {
+                let Some(tile) = tile16_f32(xt, block, k) else {
+                    break;
+                };
+                for (r, sums) in tile.iter().enumerate() {
+                    cols[(g * TILE + r) * BLOCK..][..BLOCK].copy_from_slice(sums);
+                }
+                first = (g + 1) * TILE;
+            }
+        }
         let mut a0 = 0;
         while a0 < width {
             let n_w = (width - a0).min(4);
             let o0 = start + a0;
-            let mut r = 0;
+            let mut r = first;
             while r + 4 <= n {
                 let xs = [row(r), row(r + 1), row(r + 2), row(r + 3)];
                 if n_w == 4 {
@@ -418,9 +460,10 @@ mod tests {
 
     #[test]
     fn small_linear_matches_matmul_with_the_transposed_weight() {
-        // Inputs and weight rows in whole groups of four and with leftovers; a width of 40 is
-        // two 16-wide vectors and a tail of 8.
-        for (n, out) in [(1, 300), (3, 301), (8, 300), (17, 302)] {
+        // Inputs and weight rows in whole groups of four and with leftovers, inputs in whole
+        // groups of sixteen (the tile kernel) and with leftovers; a width of 40 is two 16-wide
+        // vectors and a tail of 8.
+        for (n, out) in [(1, 300), (3, 301), (8, 300), (16, 320), (17, 302), (35, 64)] {
             let x = Tensor::from_vec(values(n * 40, 14), (n, 40), &Device::Cpu).unwrap();
             let w = Tensor::from_vec(values(out * 40, 15), (out, 40), &Device::Cpu).unwrap();
             let fused = small_linear(&x, &w).unwrap();

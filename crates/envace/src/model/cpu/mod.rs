@@ -2,7 +2,8 @@
 //! layer and the attention each as one graph node in `linear` and `attention`), the
 //! decode-only ops (`decode_ops`), the quantised and f32 SIMD primitives (`quant`), strided
 //! matrix products for attention over packed buffers (`strided`), and the
-//! helpers they share for reading candle's CPU storage and splitting rows over rayon's pool.
+//! helpers they share: reading candle's CPU storage, splitting rows over rayon's pool, and the
+//! vector sigmoid and SiLU gating that training and both decode paths use.
 //!
 //! Which execution path runs which of them is tabled at the top of `model/mod.rs`.
 //!
@@ -18,6 +19,8 @@ pub(crate) mod train_ops;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
+
+use quant::exp_shifted_f32;
 
 /// Whether the fused kernels can run on `x` (f32 on the CPU).
 pub(crate) fn applies(x: &Tensor) -> bool {
@@ -60,6 +63,34 @@ pub(crate) fn for_rows(
         .enumerate()
         .with_min_len(min_rows(row_len))
         .for_each(|(r, row)| f(r, row));
+}
+
+/// Values per call of the vector exponential in [`sigmoids`]'s callers: a stack buffer's worth.
+pub(crate) const SIGMOID_BLOCK: usize = 256;
+
+/// `out[i] = 1 / (1 + exp(−a[i]))`, the exponentials by the vector kernel
+/// ([`exp_shifted_f32`]; `f32::exp` per value was a tenth of a decode step).
+pub(crate) fn sigmoids(a: &[f32], out: &mut [f32]) {
+    exp_shifted_f32(a, 0.0, -1.0, out);
+    for o in out.iter_mut() {
+        *o = 1.0 / (1.0 + *o);
+    }
+}
+
+/// `out = silu(gate) × up = gate · sigmoid(gate) · up`, elementwise over slices of one length.
+pub(crate) fn silu_mul_into(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    let mut s = [0f32; SIGMOID_BLOCK];
+    for ((o, a), b) in out
+        .chunks_mut(SIGMOID_BLOCK)
+        .zip(gate.chunks(SIGMOID_BLOCK))
+        .zip(up.chunks(SIGMOID_BLOCK))
+    {
+        let s = &mut s[..o.len()];
+        sigmoids(a, s);
+        for (((o, &a), &b), &s) in o.iter_mut().zip(a).zip(b).zip(s.iter()) {
+            *o = a * s * b;
+        }
+    }
 }
 
 pub(crate) fn last_dim(shape: &Shape, op: &str) -> Result<usize> {
@@ -145,5 +176,51 @@ pub(crate) mod testing {
             let diff = max_abs_diff(a, b);
             assert!(diff < tol, "input {i}: gradients differ by {diff}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_sigmoid_and_silu_gating_match_the_scalar_formulas() {
+        // Lengths around the vector width and the stack block, and values from far below to
+        // far above the exponential's range.
+        for n in [1, 15, 16, 17, 255, 256, 257, 600] {
+            let a: Vec<f32> = (0..n)
+                .map(|i| (i as f32 * 0.731).sin() * 120.0 - (i % 3) as f32)
+                .collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).cos() * 2.0).collect();
+            let mut s = vec![0f32; n];
+            sigmoids(&a, &mut s);
+            let mut gated = vec![0f32; n];
+            silu_mul_into(&a, &b, &mut gated);
+            for i in 0..n {
+                let expected = 1.0 / (1.0 + f64::from(-a[i]).exp());
+                assert!(
+                    (f64::from(s[i]) - expected).abs() <= 1e-6 * expected.max(1e-30) + 1e-38,
+                    "sigmoid({}) = {} not {expected}",
+                    a[i],
+                    s[i]
+                );
+                let expected = f64::from(a[i]) * expected * f64::from(b[i]);
+                assert!(
+                    (f64::from(gated[i]) - expected).abs() <= 1e-5 * expected.abs().max(1e-6),
+                    "silu({}) · {} = {} not {expected}",
+                    a[i],
+                    b[i],
+                    gated[i]
+                );
+            }
+        }
+        // Infinities saturate; a NaN gate gives a NaN output.
+        let mut s = [0f32; 2];
+        sigmoids(&[f32::INFINITY, f32::NEG_INFINITY], &mut s);
+        assert_eq!(s[0], 1.0);
+        assert!(s[1] < 1e-30, "{}", s[1]);
+        let mut gated = [0f32; 1];
+        silu_mul_into(&[f32::NAN], &[1.0], &mut gated);
+        assert!(gated[0].is_nan());
     }
 }

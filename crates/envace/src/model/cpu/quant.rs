@@ -506,6 +506,43 @@ pub fn dot4x4_f32(ws: [&[f32]; 4], xs: [&[f32]; 4]) -> [[f32; 4]; 4] {
     ws.map(|w| dot4_f32(&w[..n], xs))
 }
 
+/// Input rows and weight rows of one [`tile16_f32`] tile.
+pub const TILE: usize = 16;
+
+/// One 16 × 16 tile of a batched decode product with no horizontal sums:
+/// `out[r][a] = Σ_j w[a·k + j] · xt[j·16 + r]` for the 16 weight rows `a` of `w` (row-major, `k`
+/// values each) and 16 input rows `r` given transposed in `xt` (`k` groups of 16, one value per
+/// input row). Each step multiplies one vector of the 16 inputs' `j`-th values by a broadcast
+/// weight, so the sums build up in lanes and need no reduction at the end, where the dot-product
+/// tile ([`dot4x4_f32`]) sums sixteen vectors across lanes per 4 × 4 outputs. `None` where the
+/// CPU has neither AVX-512 nor AVX2 (callers then take dot products).
+pub fn tile16_f32(xt: &[f32], w: &[f32], k: usize) -> Option<[[f32; TILE]; TILE]> {
+    tile16_at(simd_level(), xt, w, k)
+}
+
+/// [`tile16_f32`] with the kernels of `level` (at most the CPU's).
+fn tile16_at(level: SimdLevel, xt: &[f32], w: &[f32], k: usize) -> Option<[[f32; TILE]; TILE]> {
+    assert!(
+        xt.len() >= k * TILE && w.len() >= k * TILE,
+        "tile16_f32: {} transposed inputs and {} weights for k = {k}",
+        xt.len(),
+        w.len()
+    );
+    assert!(
+        level <= detected_simd(),
+        "{level:?} kernels on a CPU without them"
+    );
+    #[cfg(target_arch = "x86_64")]
+    match level {
+        // SAFETY (both): the CPU has the level's extensions (asserted above); both slices hold
+        // `16 k` values (asserted above).
+        SimdLevel::Avx512 => return Some(unsafe { avx512::tile16(xt, w, k) }),
+        SimdLevel::Avx2 => return Some(unsafe { avx2::tile16(xt, w, k) }),
+        SimdLevel::Neon | SimdLevel::Scalar => {}
+    }
+    None
+}
+
 /// Panics unless `n_rows` rows of `width` values, one every `stride` values, fit in `len`.
 fn check_strided(kernel: &str, n_rows: usize, width: usize, len: usize, stride: usize) {
     if let Some(last) = n_rows.checked_sub(1) {
@@ -1002,6 +1039,66 @@ mod avx512 {
             + super::exp_shifted_scalar(&values[n..], shift, scale, &mut out[n..])
     }
 
+    /// [`super::tile16_f32`]. Safety: AVX-512F is present and `xt` and `w` hold `16 k` values.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tile16(xt: &[f32], w: &[f32], k: usize) -> [[f32; 16]; 16] {
+        // acc[a], lane r: weight row a times input row r.
+        let mut acc = [_mm512_setzero_ps(); 16];
+        let (xp, wp) = (xt.as_ptr(), w.as_ptr());
+        for j in 0..k {
+            // SAFETY: `j < k`: `xt` holds `16 k` values and row `a < 16` of `w` `k` (caller).
+            unsafe {
+                let x = _mm512_loadu_ps(xp.add(j * 16));
+                for (a, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(_mm512_set1_ps(*wp.add(a * k + j)), x, *acc);
+                }
+            }
+        }
+        let rows = transpose16(acc);
+        let mut out = [[0f32; 16]; 16];
+        for (out, row) in out.iter_mut().zip(rows) {
+            // SAFETY: `out` holds sixteen values.
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), row) };
+        }
+        out
+    }
+
+    /// The transpose of a 16 × 16 matrix held as sixteen row vectors: 32-bit then 64-bit
+    /// interleaves within 128-bit lanes, then two rounds of 128-bit lane shuffles.
+    #[target_feature(enable = "avx512f")]
+    fn transpose16(m: [__m512; 16]) -> [__m512; 16] {
+        // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved, columns 4L, 4L + 1 and 4L + 2,
+        // 4L + 3 of each 128-bit lane L.
+        let mut a = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]);
+        }
+        // b[4i + c]: rows 4i..4i + 4 of column 4L + c in lane L.
+        let mut b = [_mm512_setzero_ps(); 16];
+        let pd = _mm512_castps_pd;
+        for i in 0..4 {
+            let (a0, a1, a2, a3) = (a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]);
+            b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a0), pd(a2)));
+            b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a0), pd(a2)));
+            b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a1), pd(a3)));
+            b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a1), pd(a3)));
+        }
+        // Column 4L + c gathers lane L of b[c], b[4 + c], b[8 + c], b[12 + c].
+        let mut t = [_mm512_setzero_ps(); 16];
+        for c in 0..4 {
+            let even_0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(b[c], b[4 + c]);
+            let odd_0 = _mm512_shuffle_f32x4::<0b11_01_11_01>(b[c], b[4 + c]);
+            let even_1 = _mm512_shuffle_f32x4::<0b10_00_10_00>(b[8 + c], b[12 + c]);
+            let odd_1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(b[8 + c], b[12 + c]);
+            t[c] = _mm512_shuffle_f32x4::<0b10_00_10_00>(even_0, even_1);
+            t[8 + c] = _mm512_shuffle_f32x4::<0b11_01_11_01>(even_0, even_1);
+            t[4 + c] = _mm512_shuffle_f32x4::<0b10_00_10_00>(odd_0, odd_1);
+            t[12 + c] = _mm512_shuffle_f32x4::<0b11_01_11_01>(odd_0, odd_1);
+        }
+        t
+    }
+
     /// The sixteen horizontal sums of `acc[a][r]`, as lane `4a + r` of one vector: a
     /// transposing tree of 15 shuffle-and-add steps instead of sixteen separate reductions.
     #[target_feature(enable = "avx512f")]
@@ -1035,6 +1132,49 @@ mod avx2 {
     //! The AVX2 + FMA kernels; callers have checked that the CPU has both.
 
     use std::arch::x86_64::*;
+
+    /// [`super::tile16_f32`]. Safety: AVX2 and FMA are present and `xt` and `w` hold `16 k`
+    /// values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile16(xt: &[f32], w: &[f32], k: usize) -> [[f32; 16]; 16] {
+        // Four weight rows against all sixteen inputs (two vectors of eight) at a time: eight
+        // sums and two input vectors stay in registers.
+        let mut sums = [[0f32; 16]; 16];
+        let (xp, wp) = (xt.as_ptr(), w.as_ptr());
+        for a0 in (0..16).step_by(4) {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for j in 0..k {
+                // SAFETY: `j < k`: `xt` holds `16 k` values and row `a0 + a < 16` of `w` `k`
+                // (caller).
+                unsafe {
+                    let x = [
+                        _mm256_loadu_ps(xp.add(j * 16)),
+                        _mm256_loadu_ps(xp.add(j * 16 + 8)),
+                    ];
+                    for (a, acc) in acc.iter_mut().enumerate() {
+                        let wv = _mm256_broadcast_ss(&*wp.add((a0 + a) * k + j));
+                        acc[0] = _mm256_fmadd_ps(wv, x[0], acc[0]);
+                        acc[1] = _mm256_fmadd_ps(wv, x[1], acc[1]);
+                    }
+                }
+            }
+            for (a, acc) in acc.iter().enumerate() {
+                // SAFETY: `sums[a0 + a]` holds sixteen values.
+                unsafe {
+                    _mm256_storeu_ps(sums[a0 + a].as_mut_ptr(), acc[0]);
+                    _mm256_storeu_ps(sums[a0 + a].as_mut_ptr().add(8), acc[1]);
+                }
+            }
+        }
+        // sums[a][r] → out[r][a].
+        let mut out = [[0f32; 16]; 16];
+        for (a, sums) in sums.iter().enumerate() {
+            for (r, &v) in sums.iter().enumerate() {
+                out[r][a] = v;
+            }
+        }
+        out
+    }
 
     /// [`super::exp_shifted_f32`]. Safety: AVX2 and FMA are present and the lengths match.
     #[target_feature(enable = "avx2,fma")]
@@ -1482,6 +1622,37 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn the_sixteen_by_sixteen_tile_matches_plain_dot_products_with_every_kernel() {
+        for level in levels() {
+            for k in [1, 7, 16, 33, 256] {
+                let w = values(16 * k, 40);
+                let x: Vec<Vec<f32>> = (0..16).map(|r| values(k, 41 + r)).collect();
+                // The inputs transposed: k groups of sixteen, one value per input row.
+                let xt: Vec<f32> = (0..k).flat_map(|j| x.iter().map(move |x| x[j])).collect();
+                let Some(tile) = tile16_at(level, &xt, &w, k) else {
+                    assert!(
+                        matches!(level, SimdLevel::Scalar | SimdLevel::Neon),
+                        "{level:?} has a tile kernel"
+                    );
+                    continue;
+                };
+                for (r, x) in x.iter().enumerate() {
+                    for a in 0..16 {
+                        let row = &w[a * k..(a + 1) * k];
+                        let expected: f32 = row.iter().zip(x).map(|(p, q)| p * q).sum();
+                        let diff = (tile[r][a] - expected).abs();
+                        assert!(
+                            diff < 1e-4 * (k as f32).sqrt(),
+                            "{level:?}, k = {k}, input {r}, weight {a}: {} vs {expected}",
+                            tile[r][a]
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

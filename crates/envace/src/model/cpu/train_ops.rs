@@ -16,7 +16,7 @@ use candle_core::{
 use rayon::prelude::*;
 
 use super::quant::exp_shifted_f32;
-use super::{CHUNK, f32s, for_rows, last_dim, min_rows};
+use super::{CHUNK, SIGMOID_BLOCK, f32s, for_rows, last_dim, min_rows, sigmoids, silu_mul_into};
 
 // ---------------------------------------------------------------------------------------------
 // Per-token statistics of the next-token distribution: target log-probability and entropy.
@@ -573,8 +573,26 @@ pub(crate) fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 
 struct SiluMul;
 
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
+/// The gradients of [`silu_mul_into`] for an output gradient `g`: `d_gate = g · up · silu'(gate)`
+/// with `silu'(a) = s (1 + a (1 − s))`, and `d_up = g · silu(gate)`.
+fn silu_mul_backward_into(
+    g: &[f32],
+    gate: &[f32],
+    up: &[f32],
+    d_gate: &mut [f32],
+    d_up: &mut [f32],
+) {
+    let mut s = [0f32; SIGMOID_BLOCK];
+    for start in (0..gate.len()).step_by(SIGMOID_BLOCK) {
+        let end = (start + SIGMOID_BLOCK).min(gate.len());
+        let s = &mut s[..end - start];
+        sigmoids(&gate[start..end], s);
+        for (i, &s) in (start..end).zip(s.iter()) {
+            let (gi, a, b) = (g[i], gate[i], up[i]);
+            d_gate[i] = gi * b * s * (1.0 + a * (1.0 - s));
+            d_up[i] = gi * a * s;
+        }
+    }
 }
 
 impl CustomOp2 for SiluMul {
@@ -593,11 +611,8 @@ impl CustomOp2 for SiluMul {
         let b = f32s(s2, l2, self.name())?;
         let mut out = vec![0f32; a.len()];
         for_rows(&mut out, CHUNK, |c, chunk| {
-            let start = c * CHUNK;
-            for (i, o) in chunk.iter_mut().enumerate() {
-                let (ai, bi) = (a[start + i], b[start + i]);
-                *o = ai * sigmoid(ai) * bi;
-            }
+            let range = c * CHUNK..c * CHUNK + chunk.len();
+            silu_mul_into(&a[range.clone()], &b[range], chunk);
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -647,14 +662,8 @@ impl CustomOp3 for SiluMulBackward {
             .zip(d_up.par_chunks_mut(CHUNK))
             .enumerate()
             .for_each(|(c, (dg, du))| {
-                let start = c * CHUNK;
-                for i in 0..dg.len() {
-                    let (gi, ai, bi) = (g[start + i], a[start + i], b[start + i]);
-                    let s = sigmoid(ai);
-                    // silu'(a) = s (1 + a (1 − s)).
-                    dg[i] = gi * bi * s * (1.0 + ai * (1.0 - s));
-                    du[i] = gi * ai * s;
-                }
+                let range = c * CHUNK..c * CHUNK + dg.len();
+                silu_mul_backward_into(&g[range.clone()], &a[range.clone()], &b[range], dg, du);
             });
         Ok((CpuStorage::F32(out), Shape::from(2 * n)))
     }
@@ -689,9 +698,7 @@ impl CustomOp1 for SiluMulPacked {
         let mut out = vec![0f32; x.len() / 2];
         for_rows(&mut out, n, |r, row| {
             let (gate, up) = x[r * width..(r + 1) * width].split_at(n);
-            for ((o, &a), &b) in row.iter_mut().zip(gate).zip(up) {
-                *o = a * sigmoid(a) * b;
-            }
+            silu_mul_into(gate, up, row);
         });
         let mut dims = layout.shape().dims().to_vec();
         if let Some(last) = dims.last_mut() {
@@ -739,13 +746,7 @@ impl CustomOp2 for SiluMulPackedBackward {
             let (gate, up) = x[r * width..(r + 1) * width].split_at(n);
             let gs = &g[r * n..(r + 1) * n];
             let (d_gate, d_up) = row.split_at_mut(n);
-            for i in 0..n {
-                let (gi, a, b) = (gs[i], gate[i], up[i]);
-                let s = sigmoid(a);
-                // silu'(a) = s (1 + a (1 − s)).
-                d_gate[i] = gi * b * s * (1.0 + a * (1.0 - s));
-                d_up[i] = gi * a * s;
-            }
+            silu_mul_backward_into(gs, gate, up, d_gate, d_up);
         });
         Ok((CpuStorage::F32(out), l2.shape().clone()))
     }

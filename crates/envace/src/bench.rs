@@ -182,7 +182,10 @@ pub fn bench_prompt_pass(
     let pass = || -> Result<f64> {
         let start = Instant::now();
         let mut cache = crate::model::KvCache::new();
-        let logits = policy.forward_cached(&input, None, &mut cache)?;
+        // As generation runs its prompt: with the pool's workers kept awake.
+        let logits = crate::model::with_workers_awake(policy.device(), || {
+            policy.forward_cached(&input, None, &mut cache)
+        })?;
         policy
             .device()
             .synchronize()
@@ -344,11 +347,13 @@ pub fn bench_train(
             f64::from(loss),
         ])
     };
-    step()?;
+    crate::model::with_workers_awake(policy.device(), &mut step)?;
     let mut totals = [0.0; 3];
     let mut final_loss = f64::NAN;
     for _ in 0..n_steps {
-        let [forward, backward, update, loss] = step()?;
+        // As SFT and GRPO run a step: with the pool's workers kept awake.
+        let [forward, backward, update, loss] =
+            crate::model::with_workers_awake(policy.device(), &mut step)?;
         totals[0] += forward;
         totals[1] += backward;
         totals[2] += update;

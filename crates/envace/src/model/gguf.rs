@@ -617,11 +617,10 @@ impl QuantizedLlama {
         if max_new_tokens == 0 {
             return Ok(Generated::default());
         }
-        // The decode loop runs on a rayon worker: each parallel product of a step is then
-        // shared out from inside the pool, rather than handed over from this thread and waited
-        // for (a futex wake and sleep per product). SmolLM2 Q4_1 decoding went from 78 to 128
-        // tokens/s on one thread and from 124 to 167 on two.
-        rayon::scope(|_| {
+        // The decode loop runs on a rayon worker with the other workers kept looking for work
+        // (see `with_workers_awake`).
+        let device = self.device.clone();
+        super::cpu::with_workers_awake(&device, || {
             let mut rng = sampling.row_rng(row);
             let mut out = Generated::default();
             // A prompt that continues what the cache holds (the next turn of a conversation,

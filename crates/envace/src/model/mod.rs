@@ -35,6 +35,7 @@ mod qwen3;
 pub mod wgpu;
 
 pub use cpu::quant;
+pub(crate) use cpu::with_workers_awake;
 
 pub use assets::{
     CACHE_DIR_ENV, QWEN3_TOKENIZER_DIR, SMOLLM2_GGUF, cache_dir, cached_file, qwen3_tokenizer_dir,
@@ -1207,11 +1208,9 @@ impl Policy {
         if b == 0 || max_new_tokens == 0 {
             return Ok(vec![Generated::default(); b]);
         }
-        // The decode loop runs on a rayon worker: each parallel product of a step is then
-        // shared out from inside the pool, rather than handed over from this thread and waited
-        // for (a futex wake and sleep per product). SmolLM2 Q4_1 decoding went from 78 to 128
-        // tokens/s on one thread and from 124 to 167 on two.
-        rayon::scope(|_| {
+        // The decode loop runs on a rayon worker with the other workers kept looking for work
+        // (see `with_workers_awake`).
+        cpu::with_workers_awake(&self.device, || {
             self.generate_here(prompts, max_new_tokens, stop_tokens, sampling, on_token)
         })
     }

@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::eval::episodes::{episode_specs, rollout_sampling, step_settings};
 use crate::eval::heldout::is_success;
 use crate::fidelity::{self, Scores};
-use crate::model::Policy;
+use crate::model::{Policy, with_workers_awake};
 use crate::rollout::{
     EpisodeRecord, Generator, Label, PolicyGenerator, Sample, Simulator, record_episodes, run_batch,
 };
@@ -745,24 +745,10 @@ pub fn train(
             .iter()
             .map(|i| i.n_trained(max_len, &trained_roles))
             .sum();
-        let mut grads = None;
-        let mut sums = Vec::with_capacity(refs.len());
         let reference = session.reference.clone().ok_or_else(|| Error::Data {
             source_name: "GRPO".to_owned(),
             message: "no reference policy".to_owned(),
         })?;
-        for micro in refs.chunks(rl.micro_batch_size.max(1) as usize) {
-            let batch = pad_batch(micro, max_len, &trained_roles, session.policy.device())?;
-            let (loss, micro_sums) =
-                micro_batch_loss(&session.policy, &reference, &batch, &rl, total)?;
-            sums.extend(micro_sums);
-            if batch.n_trained > 0 {
-                let step_grads = loss
-                    .backward()
-                    .map_err(|e| Error::candle("GRPO backward", e))?;
-                accumulate(&mut grads, step_grads, &session.policy)?;
-            }
-        }
         let lr = learning_rate(
             rl.lr,
             rl.lr_schedule,
@@ -771,10 +757,30 @@ pub fn train(
             rl_step,
             rl.n_steps,
         );
-        let grad_norm = match (grads, session.optimizer.as_mut()) {
-            (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, rl.grad_clip, 1.0)?,
-            _ => 0.0,
-        };
+        // Forward, backward and the optimizer step with the pool's workers kept awake (their
+        // many small ops would otherwise wake a sleeping worker each).
+        let policy = &session.policy;
+        let optimizer = session.optimizer.as_mut();
+        let (grad_norm, sums) = with_workers_awake(policy.device(), || -> Result<_> {
+            let mut grads = None;
+            let mut sums = Vec::with_capacity(refs.len());
+            for micro in refs.chunks(rl.micro_batch_size.max(1) as usize) {
+                let batch = pad_batch(micro, max_len, &trained_roles, policy.device())?;
+                let (loss, micro_sums) = micro_batch_loss(policy, &reference, &batch, &rl, total)?;
+                sums.extend(micro_sums);
+                if batch.n_trained > 0 {
+                    let step_grads = loss
+                        .backward()
+                        .map_err(|e| Error::candle("GRPO backward", e))?;
+                    accumulate(&mut grads, step_grads, policy)?;
+                }
+            }
+            let grad_norm = match (grads, optimizer) {
+                (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, rl.grad_clip, 1.0)?,
+                _ => 0.0,
+            };
+            Ok((grad_norm, sums))
+        })?;
         // The GPU's copy follows the step (every weight changes under full fine-tuning).
         #[cfg(feature = "wgpu")]
         if let Some(model) = &mut on_gpu {

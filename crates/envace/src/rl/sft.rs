@@ -36,6 +36,7 @@ use crate::tasks::{self, GenTask};
 use super::hooks::{Event, Flow, Hooks};
 use super::session::{Phase, Session, optimizer_weight_decay};
 use super::{AdamW, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
+use crate::model::with_workers_awake;
 
 /// Runs the oracle through the engine on every task and returns the labelled samples.
 pub fn oracle_items(session: &mut Session, tasks: &[Arc<GenTask>]) -> Result<Vec<TrainItem>> {
@@ -568,36 +569,6 @@ pub fn train(
             .iter()
             .map(|i| i.n_trained(max_len, &roles))
             .sum();
-        let mut grads = None;
-        let mut loss_by_role: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
-        for micro in batch_items.chunks(sft.micro_batch_size.max(1) as usize) {
-            let batch = pad_batch(micro, max_len, &roles, session.policy.device())?;
-            if batch.n_trained == 0 {
-                continue;
-            }
-            let (logp, _) = token_logprobs(&session.policy, &batch)?;
-            let run = || -> candle_core::Result<(candle_core::Tensor, Vec<f32>, Vec<f32>)> {
-                let weighted = (&logp * &batch.weight)?;
-                let loss = (weighted.sum_all()?.neg()? / total.max(1) as f64)?;
-                let rows = weighted.sum(1)?.neg()?.to_vec1::<f32>()?;
-                let counts = batch.weight.sum(1)?.to_vec1::<f32>()?;
-                Ok((loss, rows, counts))
-            };
-            let (loss, rows, counts) = run().map_err(|e| Error::candle("SFT loss", e))?;
-            for ((item, row), count) in micro.iter().zip(rows).zip(counts) {
-                let name = match item.role {
-                    PolicyRole::Act => "act",
-                    PolicyRole::Rehearse => "rehearse",
-                };
-                let entry = loss_by_role.entry(name).or_default();
-                entry.0 += f64::from(row);
-                entry.1 += f64::from(count);
-            }
-            let step_grads = loss
-                .backward()
-                .map_err(|e| Error::candle("SFT backward", e))?;
-            accumulate(&mut grads, step_grads, &session.policy)?;
-        }
         let lr = learning_rate(
             sft.lr,
             sft.lr_schedule,
@@ -606,10 +577,47 @@ pub fn train(
             step,
             n_steps,
         );
-        let grad_norm = match (grads, session.optimizer.as_mut()) {
-            (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, 1.0, 1.0)?,
-            _ => 0.0,
-        };
+        // Forward, backward and the optimizer step with the pool's workers kept awake (their
+        // many small ops would otherwise wake a sleeping worker each).
+        let policy = &session.policy;
+        let optimizer = session.optimizer.as_mut();
+        let (grad_norm, loss_by_role) = with_workers_awake(policy.device(), || -> Result<_> {
+            let mut grads = None;
+            let mut loss_by_role: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
+            for micro in batch_items.chunks(sft.micro_batch_size.max(1) as usize) {
+                let batch = pad_batch(micro, max_len, &roles, policy.device())?;
+                if batch.n_trained == 0 {
+                    continue;
+                }
+                let (logp, _) = token_logprobs(policy, &batch)?;
+                let run = || -> candle_core::Result<(candle_core::Tensor, Vec<f32>, Vec<f32>)> {
+                    let weighted = (&logp * &batch.weight)?;
+                    let loss = (weighted.sum_all()?.neg()? / total.max(1) as f64)?;
+                    let rows = weighted.sum(1)?.neg()?.to_vec1::<f32>()?;
+                    let counts = batch.weight.sum(1)?.to_vec1::<f32>()?;
+                    Ok((loss, rows, counts))
+                };
+                let (loss, rows, counts) = run().map_err(|e| Error::candle("SFT loss", e))?;
+                for ((item, row), count) in micro.iter().zip(rows).zip(counts) {
+                    let name = match item.role {
+                        PolicyRole::Act => "act",
+                        PolicyRole::Rehearse => "rehearse",
+                    };
+                    let entry = loss_by_role.entry(name).or_default();
+                    entry.0 += f64::from(row);
+                    entry.1 += f64::from(count);
+                }
+                let step_grads = loss
+                    .backward()
+                    .map_err(|e| Error::candle("SFT backward", e))?;
+                accumulate(&mut grads, step_grads, policy)?;
+            }
+            let grad_norm = match (grads, optimizer) {
+                (Some(grads), Some(optimizer)) => optimizer.step(&grads, lr, 1.0, 1.0)?,
+                _ => 0.0,
+            };
+            Ok((grad_norm, loss_by_role))
+        })?;
         let secs = step_started.elapsed().as_secs_f64();
         let mut metrics = BTreeMap::new();
         let (sum, count) = loss_by_role

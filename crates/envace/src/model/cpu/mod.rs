@@ -101,7 +101,7 @@ pub(crate) fn silu_mul_into(gate: &[f32], up: &[f32], out: &mut [f32]) {
 /// queue rather than handed over from outside and waited for (SmolLM2 Q4_1 decoding went from
 /// 124 to 167 tokens/s on two threads for that alone). But an idle worker goes to sleep after a
 /// few rounds of looking, and waking it is a futex call and a reschedule that costs about as
-/// much as the product: the tiny model's batch-16 decode spent a fifth of its time in the
+/// much as the product: the tiny model's batch-16 decode spent about a sixth of its time in the
 /// kernel's scheduler, and its products ran 1.2× faster on two threads than on one. So for as
 /// long as `f` runs, every other worker runs a job that takes whatever work appears
 /// ([`rayon::yield_now`]) and spins in between; products then run 1.6× faster on two threads.

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::quant::{
     TILE, axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32,
-    exp_shifted_f32, tile16_f32,
+    exp_shifted_f32, has_tile16, tile16_f32,
 };
 use super::{CHUNK, f32s};
 
@@ -310,8 +310,13 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
     let row = |r: usize| &x[r * k..(r + 1) * k];
     // Whole groups of sixteen input rows, transposed for the tile kernel (`k` groups of sixteen
     // values each, one per row).
-    let n_tiled = n / TILE * TILE;
-    let mut xt = vec![0f32; n_tiled * k];
+    // Only where the CPU has a tile kernel (`tile16_f32` is `None` otherwise).
+    let n_tiled = if has_tile16() { n / TILE * TILE } else { 0 };
+    // Both buffers come from this thread's scratch, written before they are read: zero-filling
+    // fresh ones took about 8% of a batch-16 decode step's profile (`memset`), on the calling
+    // thread while the other worker waited.
+    let mut scratch = SCRATCH.take();
+    let (xt, results) = scratch.split(n_tiled * k, blocks.len() * n * BLOCK);
     for (g, xt) in xt.chunks_mut(TILE * k.max(1)).enumerate() {
         for (r, x) in x[g * TILE * k..(g + 1) * TILE * k]
             .chunks(k.max(1))
@@ -385,7 +390,6 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
     // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
     // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
     // the threshold was 2^20.)
-    let mut results = vec![0f32; blocks.len() * n * BLOCK];
     let min_blocks = (PARALLEL_MACS / (BLOCK * n * k).max(1)).max(1);
     if blocks.len() <= min_blocks {
         results
@@ -404,6 +408,29 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
             out_row[column..column + width].copy_from_slice(&cols[r * BLOCK..r * BLOCK + width]);
         }
     }
+    SCRATCH.set(scratch);
+}
+
+/// Buffers [`rows_times_weights`] reuses from call to call on one thread.
+#[derive(Default)]
+struct Scratch(Vec<f32>);
+
+impl Scratch {
+    /// Two buffers of `a` and `b` values, whatever they held before (the caller writes every
+    /// value it reads).
+    fn split(&mut self, a: usize, b: usize) -> (&mut [f32], &mut [f32]) {
+        if self.0.len() < a + b {
+            self.0.resize(a + b, 0.0);
+        }
+        self.0[..a + b].split_at_mut(a)
+    }
+}
+
+thread_local! {
+    /// Taken for the length of a call and put back after it: a call that runs while another
+    /// on the same thread waits for rayon (a second generation stolen onto this worker) finds
+    /// it empty and allocates its own.
+    static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
 }
 
 #[cfg(test)]
@@ -462,7 +489,8 @@ mod tests {
     fn small_linear_matches_matmul_with_the_transposed_weight() {
         // Inputs and weight rows in whole groups of four and with leftovers, inputs in whole
         // groups of sixteen (the tile kernel) and with leftovers; a width of 40 is two 16-wide
-        // vectors and a tail of 8.
+        // vectors and a tail of 8. The shapes run one after another on this thread, so each
+        // product reuses the scratch the one before left (stale values must never show).
         for (n, out) in [(1, 300), (3, 301), (8, 300), (16, 320), (17, 302), (35, 64)] {
             let x = Tensor::from_vec(values(n * 40, 14), (n, 40), &Device::Cpu).unwrap();
             let w = Tensor::from_vec(values(out * 40, 15), (out, 40), &Device::Cpu).unwrap();

@@ -520,6 +520,11 @@ pub fn tile16_f32(xt: &[f32], w: &[f32], k: usize) -> Option<[[f32; TILE]; TILE]
     tile16_at(simd_level(), xt, w, k)
 }
 
+/// Whether [`tile16_f32`] has a kernel on this CPU (and kernel set).
+pub fn has_tile16() -> bool {
+    matches!(simd_level(), SimdLevel::Avx2 | SimdLevel::Avx512)
+}
+
 /// [`tile16_f32`] with the kernels of `level` (at most the CPU's).
 fn tile16_at(level: SimdLevel, xt: &[f32], w: &[f32], k: usize) -> Option<[[f32; TILE]; TILE]> {
     assert!(

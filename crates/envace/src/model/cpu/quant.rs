@@ -1142,34 +1142,17 @@ mod avx2 {
     /// values.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile16(xt: &[f32], w: &[f32], k: usize) -> [[f32; 16]; 16] {
-        // Four weight rows against all sixteen inputs (two vectors of eight) at a time: eight
-        // sums and two input vectors stay in registers.
+        // Weight rows 0..6, 6..12 and 12..16 against all sixteen inputs (two vectors of eight):
+        // twelve sums (eight in the last pass) stay in registers, with the two input vectors and
+        // a broadcast weight. Twelve independent sums keep both FMA pipes busy through their
+        // four-cycle latency, where eight (four rows at a time) left no slack, and the inputs
+        // are read three times instead of four.
         let mut sums = [[0f32; 16]; 16];
-        let (xp, wp) = (xt.as_ptr(), w.as_ptr());
-        for a0 in (0..16).step_by(4) {
-            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-            for j in 0..k {
-                // SAFETY: `j < k`: `xt` holds `16 k` values and row `a0 + a < 16` of `w` `k`
-                // (caller).
-                unsafe {
-                    let x = [
-                        _mm256_loadu_ps(xp.add(j * 16)),
-                        _mm256_loadu_ps(xp.add(j * 16 + 8)),
-                    ];
-                    for (a, acc) in acc.iter_mut().enumerate() {
-                        let wv = _mm256_broadcast_ss(&*wp.add((a0 + a) * k + j));
-                        acc[0] = _mm256_fmadd_ps(wv, x[0], acc[0]);
-                        acc[1] = _mm256_fmadd_ps(wv, x[1], acc[1]);
-                    }
-                }
-            }
-            for (a, acc) in acc.iter().enumerate() {
-                // SAFETY: `sums[a0 + a]` holds sixteen values.
-                unsafe {
-                    _mm256_storeu_ps(sums[a0 + a].as_mut_ptr(), acc[0]);
-                    _mm256_storeu_ps(sums[a0 + a].as_mut_ptr().add(8), acc[1]);
-                }
-            }
+        // SAFETY (all three): the caller's; rows `a0..a0 + R ≤ 16`.
+        unsafe {
+            rows_tile::<6>(xt, w, k, 0, &mut sums);
+            rows_tile::<6>(xt, w, k, 6, &mut sums);
+            rows_tile::<4>(xt, w, k, 12, &mut sums);
         }
         // sums[a][r] → out[r][a].
         let mut out = [[0f32; 16]; 16];
@@ -1179,6 +1162,42 @@ mod avx2 {
             }
         }
         out
+    }
+
+    /// `sums[a0 + a][r]` for weight rows `a0..a0 + R` of one [`tile16`]. Safety: as there, and
+    /// `a0 + R ≤ 16`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_tile<const R: usize>(
+        xt: &[f32],
+        w: &[f32],
+        k: usize,
+        a0: usize,
+        sums: &mut [[f32; 16]; 16],
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let (xp, wp) = (xt.as_ptr(), w.as_ptr());
+        for j in 0..k {
+            // SAFETY: `j < k`: `xt` holds `16 k` values and row `a0 + a < 16` of `w` `k`
+            // (caller).
+            unsafe {
+                let x = [
+                    _mm256_loadu_ps(xp.add(j * 16)),
+                    _mm256_loadu_ps(xp.add(j * 16 + 8)),
+                ];
+                for (a, acc) in acc.iter_mut().enumerate() {
+                    let wv = _mm256_broadcast_ss(&*wp.add((a0 + a) * k + j));
+                    acc[0] = _mm256_fmadd_ps(wv, x[0], acc[0]);
+                    acc[1] = _mm256_fmadd_ps(wv, x[1], acc[1]);
+                }
+            }
+        }
+        for (a, acc) in acc.iter().enumerate() {
+            // SAFETY: `sums[a0 + a]` holds sixteen values.
+            unsafe {
+                _mm256_storeu_ps(sums[a0 + a].as_mut_ptr(), acc[0]);
+                _mm256_storeu_ps(sums[a0 + a].as_mut_ptr().add(8), acc[1]);
+            }
+        }
     }
 
     /// [`super::exp_shifted_f32`]. Safety: AVX2 and FMA are present and the lengths match.

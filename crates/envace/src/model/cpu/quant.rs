@@ -522,7 +522,23 @@ pub fn tile16_f32(xt: &[f32], w: &[f32], k: usize) -> Option<[[f32; TILE]; TILE]
 
 /// Whether [`tile16_f32`] has a kernel on this CPU (and kernel set).
 pub fn has_tile16() -> bool {
-    matches!(simd_level(), SimdLevel::Avx2 | SimdLevel::Avx512)
+    tile16_kernel(simd_level()).is_some()
+}
+
+/// A [`tile16_f32`] kernel: transposed inputs, weight rows, `k`.
+type Tile16Kernel = unsafe fn(&[f32], &[f32], usize) -> [[f32; TILE]; TILE];
+
+/// The [`tile16_f32`] kernel of `level`, `None` where it has none: the one place that decides
+/// which levels tile, for both [`tile16_at`] and [`has_tile16`]. Safety of calling it: the CPU
+/// has `level`'s extensions and both slices hold `16 k` values.
+fn tile16_kernel(level: SimdLevel) -> Option<Tile16Kernel> {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx512 => Some(avx512::tile16),
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 => Some(avx2::tile16),
+        _ => None,
+    }
 }
 
 /// [`tile16_f32`] with the kernels of `level` (at most the CPU's).
@@ -537,15 +553,10 @@ fn tile16_at(level: SimdLevel, xt: &[f32], w: &[f32], k: usize) -> Option<[[f32;
         level <= detected_simd(),
         "{level:?} kernels on a CPU without them"
     );
-    #[cfg(target_arch = "x86_64")]
-    match level {
-        // SAFETY (both): the CPU has the level's extensions (asserted above); both slices hold
-        // `16 k` values (asserted above).
-        SimdLevel::Avx512 => return Some(unsafe { avx512::tile16(xt, w, k) }),
-        SimdLevel::Avx2 => return Some(unsafe { avx2::tile16(xt, w, k) }),
-        SimdLevel::Neon | SimdLevel::Scalar => {}
-    }
-    None
+    let kernel = tile16_kernel(level)?;
+    // SAFETY: the CPU has the level's extensions (asserted above); both slices hold `16 k`
+    // values (asserted above).
+    Some(unsafe { kernel(xt, w, k) })
 }
 
 /// Panics unless `n_rows` rows of `width` values, one every `stride` values, fit in `len`.

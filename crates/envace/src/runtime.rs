@@ -14,6 +14,14 @@
 //!   with the shorter spin fell to about 4,000 tokens/s.) The cost is that the process keeps
 //!   its peak heap.
 //!
+//! - Measured again on an AMD Zen 4 (2 cores, `model_bench --only train`, 30 steps, three
+//!   alternating runs each): even the shorter spin left three threads running on two cores
+//!   whenever candle ran an elementwise op, since our own idle rayon worker spins too while a
+//!   step runs (`crate::model::with_workers_awake`), and the caller then waited for candle's
+//!   worker (`BarrierGuard::drop`, 2.5% of the profile). Without candle's pool
+//!   (`CANDLE_NUM_THREADS=1`: the elementwise ops run on the calling thread) training ran at
+//!   4,823–5,197 tokens/s against 4,307–4,606 with it, the backward pass at 0.27 against 0.32 s.
+//!
 //! Settings the user has already made in the environment win over these.
 
 // `mi_option_get`/`mi_option_set` are C functions: calling them is `unsafe` though they only
@@ -23,15 +31,20 @@
 /// Rounds candle's pool workers spin before they park (candle's default is 25,000).
 pub const CANDLE_SPIN_LIMIT: u32 = 5_000;
 
+/// Threads of candle's own pool for its elementwise ops, the calling thread included: 1 runs
+/// them on the caller with no pool (see the module's measurements).
+pub const CANDLE_POOL_THREADS: usize = 1;
+
 /// mimalloc's `mi_option_purge_delay` (the 16th entry of `mi_option_e` in the `mimalloc.h` of
 /// libmimalloc-sys 0.1.49, v2 and v3 alike; `libmimalloc_sys` names no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// The environment variables a binary should set, with their values, for the ones that are
 /// unset: `RAYON_NUM_THREADS` (`n_threads`, else the available parallelism; candle 0.11.1
-/// otherwise counts physical cores by reading `/proc/cpuinfo` on every matrix product) and
-/// `CANDLE_BARRIER_POOL_SPIN_LIMIT` ([`CANDLE_SPIN_LIMIT`]). An `n_threads` of `Some(n > 0)`
-/// replaces a `RAYON_NUM_THREADS` that is already set.
+/// otherwise counts physical cores by reading `/proc/cpuinfo` on every matrix product),
+/// `CANDLE_NUM_THREADS` ([`CANDLE_POOL_THREADS`]) and `CANDLE_BARRIER_POOL_SPIN_LIMIT`
+/// ([`CANDLE_SPIN_LIMIT`], for a user who gives candle's pool threads again). An `n_threads` of
+/// `Some(n > 0)` replaces a `RAYON_NUM_THREADS` that is already set.
 ///
 /// [`prepare_process`] writes them, before the first candle op (candle reads its spin limit
 /// once, when its pool starts).
@@ -44,6 +57,9 @@ pub fn environment_defaults(n_threads: Option<usize>) -> Vec<(&'static str, Stri
             let n = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
             out.push(("RAYON_NUM_THREADS", n.to_string()));
         }
+    }
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        out.push(("CANDLE_NUM_THREADS", CANDLE_POOL_THREADS.to_string()));
     }
     if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
         out.push((
@@ -133,9 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn an_explicit_thread_count_replaces_the_environment_and_the_spin_limit_is_offered() {
+    fn an_explicit_thread_count_replaces_the_environment_and_candles_pool_settings_are_offered() {
         let set = environment_defaults(Some(3));
         assert!(set.contains(&("RAYON_NUM_THREADS", "3".to_owned())));
+        if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+            assert!(set.contains(&("CANDLE_NUM_THREADS", "1".to_owned())));
+        }
         if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
             assert!(set.contains(&("CANDLE_BARRIER_POOL_SPIN_LIMIT", "5000".to_owned())));
         }

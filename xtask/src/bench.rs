@@ -239,6 +239,8 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
                 // Multiply-adds counted from the model's shape (weights, causal attention, the
                 // head where it runs), per second: batched decoding against a prompt pass of
                 // the same rows (128 tokens each), the dense rate this machine reaches.
+                "batched_vs_prompt_pass_work": "the batched decode and the prompt pass timed \
+                         in 10 alternating rounds after a warm-up of each, the fastest of each",
                 "batched_multiply_adds_per_sec": batched_macs,
                 "prompt_pass_multiply_adds_per_sec": prompt_pass_macs,
                 "single": without(single, "tokens"),

@@ -16,6 +16,12 @@ use crate::model::{Gguf, Policy, QuantizedLlama, Sampling, TransformerConfig};
 /// machine may be shared and a run that another process interrupted says nothing about ours.
 pub const DECODE_REPEATS: usize = 3;
 
+/// Rounds of the batched decode and the prompt pass that its ratio compares: each round times
+/// one of each, back to back, and the fastest of each counts. Measured one after the other,
+/// a neighbour's load that came and went between them moved the ratio by ±10% on a shared VM;
+/// alternating gives both the same quiet moments.
+pub const RATIO_ROUNDS: usize = 10;
+
 /// Tokens per row of the prompt pass that gives the machine's dense rate on the tiny model.
 pub const PROMPT_PASS_LEN: usize = 128;
 
@@ -87,7 +93,8 @@ pub struct DecodeFigures {
     pub prompt_len: usize,
     /// New tokens over all rows.
     pub n_tokens: usize,
-    /// Seconds for prompt and decoding together (the fastest of [`DECODE_REPEATS`] runs).
+    /// Seconds for prompt and decoding together: the fastest of [`DECODE_REPEATS`] runs, or of
+    /// [`RATIO_ROUNDS`] for the batched decode that [`run`] compares with the prompt pass.
     pub secs: f64,
     /// New tokens per second over all rows.
     pub tokens_per_sec: f64,
@@ -108,7 +115,8 @@ pub struct PromptPassFigures {
     pub batch: usize,
     /// Tokens per row.
     pub prompt_len: usize,
-    /// Seconds of one pass (the fastest of [`DECODE_REPEATS`]).
+    /// Seconds of one pass: the fastest of [`DECODE_REPEATS`], or of [`RATIO_ROUNDS`] in
+    /// [`run`].
     pub secs: f64,
     /// Prompt tokens per second.
     pub tokens_per_sec: f64,
@@ -173,40 +181,69 @@ pub fn bench_prompt_pass(
     batch: usize,
     prompt_len: usize,
 ) -> Result<PromptPassFigures> {
-    let vocab = policy.config().vocab_size as u32;
-    let ids: Vec<u32> = (0..(batch * prompt_len) as u32)
-        .map(|i| (i * 7 + 3) % vocab)
-        .collect();
-    let input = Tensor::from_vec(ids, (batch, prompt_len), policy.device())
-        .map_err(|e| Error::candle("prompt pass input", e))?;
-    let pass = || -> Result<f64> {
+    let pass = PromptPass::new(policy, batch, prompt_len)?;
+    pass.run()?;
+    let mut secs = f64::INFINITY;
+    for _ in 0..DECODE_REPEATS {
+        secs = secs.min(pass.run()?);
+    }
+    Ok(pass.figures(secs))
+}
+
+/// A prompt pass ready to run: its input ids.
+struct PromptPass<'a> {
+    policy: &'a Policy,
+    input: Tensor,
+    batch: usize,
+    prompt_len: usize,
+}
+
+impl<'a> PromptPass<'a> {
+    fn new(policy: &'a Policy, batch: usize, prompt_len: usize) -> Result<Self> {
+        let vocab = policy.config().vocab_size as u32;
+        let ids: Vec<u32> = (0..(batch * prompt_len) as u32)
+            .map(|i| (i * 7 + 3) % vocab)
+            .collect();
+        let input = Tensor::from_vec(ids, (batch, prompt_len), policy.device())
+            .map_err(|e| Error::candle("prompt pass input", e))?;
+        Ok(PromptPass {
+            policy,
+            input,
+            batch,
+            prompt_len,
+        })
+    }
+
+    /// Seconds of one pass through a fresh KV cache.
+    fn run(&self) -> Result<f64> {
         let start = Instant::now();
         let mut cache = crate::model::KvCache::new();
         // As generation runs its prompt: with the pool's workers kept awake.
-        let logits = crate::model::with_workers_awake(policy.device(), || {
-            policy.forward_cached(&input, None, &mut cache)
+        let logits = crate::model::with_workers_awake(self.policy.device(), || {
+            self.policy.forward_cached(&self.input, None, &mut cache)
         })?;
-        policy
+        self.policy
             .device()
             .synchronize()
             .map_err(|e| Error::candle("prompt pass", e))?;
         drop(logits);
         Ok(start.elapsed().as_secs_f64())
-    };
-    pass()?;
-    let mut secs = f64::INFINITY;
-    for _ in 0..DECODE_REPEATS {
-        secs = secs.min(pass()?);
     }
-    let tokens = (batch * prompt_len) as f64;
-    Ok(PromptPassFigures {
-        batch,
-        prompt_len,
-        secs,
-        tokens_per_sec: tokens / secs.max(1e-9),
-        multiply_adds_per_sec: prompt_multiply_adds(policy.config(), batch, prompt_len)
-            / secs.max(1e-9),
-    })
+
+    fn figures(&self, secs: f64) -> PromptPassFigures {
+        let tokens = (self.batch * self.prompt_len) as f64;
+        PromptPassFigures {
+            batch: self.batch,
+            prompt_len: self.prompt_len,
+            secs,
+            tokens_per_sec: tokens / secs.max(1e-9),
+            multiply_adds_per_sec: prompt_multiply_adds(
+                self.policy.config(),
+                self.batch,
+                self.prompt_len,
+            ) / secs.max(1e-9),
+        }
+    }
 }
 
 /// The sizes of the trained model, as a peer needs them to build the same one.
@@ -385,41 +422,107 @@ pub fn bench_decode(
     n_new: usize,
     sampling: &Sampling,
 ) -> Result<DecodeFigures> {
-    let vocab = policy.config().vocab_size as u32;
-    let prompts: Vec<Vec<u32>> = (0..batch as u32)
-        .map(|row| {
-            (0..prompt_len as u32)
-                .map(|i| (row * 31 + i * 7 + 1) % vocab)
-                .collect()
-        })
-        .collect();
-    policy.generate(&prompts, 2, &[], sampling)?;
+    let decode = Decode::new(policy, batch, prompt_len, n_new, sampling)?;
     let mut best = None;
     for _ in 0..DECODE_REPEATS {
+        decode.keep_faster(&mut best, decode.run()?);
+    }
+    Ok(decode.figures(model, best))
+}
+
+/// A batched decode and a prompt pass of the same model timed in [`RATIO_ROUNDS`] alternating
+/// rounds (after a warm-up of each), the fastest of each: the two sides of the benchmark's
+/// batched-decode ratio.
+pub fn bench_decode_against_prompt_pass(
+    policy: &Policy,
+    model: &str,
+    batch: usize,
+    prompt_len: usize,
+    n_new: usize,
+    pass_len: usize,
+) -> Result<(DecodeFigures, PromptPassFigures)> {
+    let sampling = Sampling::greedy();
+    let decode = Decode::new(policy, batch, prompt_len, n_new, &sampling)?;
+    let pass = PromptPass::new(policy, batch, pass_len)?;
+    pass.run()?;
+    let (mut best, mut pass_secs) = (None, f64::INFINITY);
+    for _ in 0..RATIO_ROUNDS {
+        decode.keep_faster(&mut best, decode.run()?);
+        pass_secs = pass_secs.min(pass.run()?);
+    }
+    Ok((decode.figures(model, best), pass.figures(pass_secs)))
+}
+
+/// A decode ready to run: its prompts (warmed up once).
+struct Decode<'a> {
+    policy: &'a Policy,
+    prompts: Vec<Vec<u32>>,
+    prompt_len: usize,
+    n_new: usize,
+    sampling: &'a Sampling,
+}
+
+impl<'a> Decode<'a> {
+    fn new(
+        policy: &'a Policy,
+        batch: usize,
+        prompt_len: usize,
+        n_new: usize,
+        sampling: &'a Sampling,
+    ) -> Result<Self> {
+        let vocab = policy.config().vocab_size as u32;
+        let prompts: Vec<Vec<u32>> = (0..batch as u32)
+            .map(|row| {
+                (0..prompt_len as u32)
+                    .map(|i| (row * 31 + i * 7 + 1) % vocab)
+                    .collect()
+            })
+            .collect();
+        policy.generate(&prompts, 2, &[], sampling)?;
+        Ok(Decode {
+            policy,
+            prompts,
+            prompt_len,
+            n_new,
+            sampling,
+        })
+    }
+
+    /// Seconds of one generation and its tokens.
+    fn run(&self) -> Result<(f64, Vec<Vec<u32>>)> {
         let start = Instant::now();
-        let out: Vec<Vec<u32>> = policy
-            .generate(&prompts, n_new, &[], sampling)?
+        let out: Vec<Vec<u32>> = self
+            .policy
+            .generate(&self.prompts, self.n_new, &[], self.sampling)?
             .into_iter()
             .map(|g| g.tokens)
             .collect();
-        let secs = start.elapsed().as_secs_f64();
-        if best.as_ref().is_none_or(|(best_secs, _)| secs < *best_secs) {
-            best = Some((secs, out));
+        Ok((start.elapsed().as_secs_f64(), out))
+    }
+
+    fn keep_faster(&self, best: &mut Option<(f64, Vec<Vec<u32>>)>, run: (f64, Vec<Vec<u32>>)) {
+        if best.as_ref().is_none_or(|(best_secs, _)| run.0 < *best_secs) {
+            *best = Some(run);
         }
     }
-    let (secs, out) = best.unwrap_or_default();
-    let n_tokens = out.iter().map(Vec::len).sum();
-    let multiply_adds = decode_multiply_adds(policy.config(), batch, prompt_len, n_new);
-    Ok(DecodeFigures {
-        model: model.to_owned(),
-        batch,
-        prompt_len,
-        n_tokens,
-        secs,
-        tokens_per_sec: n_tokens as f64 / secs.max(1e-9),
-        multiply_adds_per_sec: Some(multiply_adds / secs.max(1e-9)),
-        tokens: (batch == 1).then(|| out.into_iter().flatten().collect()),
-    })
+
+    fn figures(&self, model: &str, best: Option<(f64, Vec<Vec<u32>>)>) -> DecodeFigures {
+        let batch = self.prompts.len();
+        let (secs, out) = best.unwrap_or_default();
+        let n_tokens = out.iter().map(Vec::len).sum();
+        let multiply_adds =
+            decode_multiply_adds(self.policy.config(), batch, self.prompt_len, self.n_new);
+        DecodeFigures {
+            model: model.to_owned(),
+            batch,
+            prompt_len: self.prompt_len,
+            n_tokens,
+            secs,
+            tokens_per_sec: n_tokens as f64 / secs.max(1e-9),
+            multiply_adds_per_sec: Some(multiply_adds / secs.max(1e-9)),
+            tokens: (batch == 1).then(|| out.into_iter().flatten().collect()),
+        }
+    }
 }
 
 /// Greedy decoding of one prompt with the quantized model.
@@ -452,8 +555,8 @@ pub fn bench_quantized_decode(
     })
 }
 
-/// The default tiny Qwen3 on `device`: its training, and its greedy decoding of one row and of
-/// `decode_batch` rows.
+/// The default tiny Qwen3 on `device`: its training, and its greedy decoding of one row (the
+/// callers add the batched decode, each in its own way).
 fn tiny_figures(
     options: &BenchOptions,
     device: &Device,
@@ -465,19 +568,22 @@ fn tiny_figures(
         options.train_seq_len,
         options.n_train_steps,
     )?;
-    let mut decode = Vec::new();
-    for batch in [1, options.decode_batch] {
-        decode.push(bench_decode(
-            &tiny,
-            "tiny-qwen3 f32",
-            batch,
-            16,
-            options.n_decode_tokens,
-            &Sampling::greedy(),
-        )?);
-    }
-    Ok((tiny, train, decode))
+    let single = bench_decode(
+        &tiny,
+        TINY_NAME,
+        1,
+        TINY_PROMPT_LEN,
+        options.n_decode_tokens,
+        &Sampling::greedy(),
+    )?;
+    Ok((tiny, train, vec![single]))
 }
+
+/// The tiny model's name in the figures.
+const TINY_NAME: &str = "tiny-qwen3 f32";
+
+/// Prompt tokens per row of the tiny model's decodes.
+const TINY_PROMPT_LEN: usize = 16;
 
 /// SmolLM2-135M's `config.json` (the sizes of HuggingFaceTB/SmolLM2-135M-Instruct): the
 /// device benchmark trains a randomly initialised model of this shape.
@@ -507,7 +613,15 @@ pub struct DeviceBench {
 /// Training and decoding on `device` (a GPU): the tiny Qwen3 and a SmolLM2-135M-shaped model,
 /// in f32 as the CPU benchmark.
 pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBench> {
-    let (tiny, tiny_train, tiny_decode) = tiny_figures(options, device)?;
+    let (tiny, tiny_train, mut tiny_decode) = tiny_figures(options, device)?;
+    tiny_decode.push(bench_decode(
+        &tiny,
+        TINY_NAME,
+        options.decode_batch,
+        TINY_PROMPT_LEN,
+        options.n_decode_tokens,
+        &Sampling::greedy(),
+    )?);
     let smollm2_cfg = TransformerConfig::from_hf_json(SMOLLM2_135M_CONFIG, "SmolLM2-135M shape")?;
     let smollm2 = Policy::init(smollm2_cfg, 0, device, DType::F32)?;
     let smollm2_train = bench_train(
@@ -529,8 +643,17 @@ pub fn run_on_device(options: &BenchOptions, device: &Device) -> Result<DeviceBe
 /// Runs every measurement on the CPU.
 pub fn run(options: &BenchOptions) -> Result<ModelBench> {
     let device = Device::Cpu;
-    let (tiny, tiny_train, tiny_decode) = tiny_figures(options, &device)?;
-    let tiny_prompt_pass = bench_prompt_pass(&tiny, options.decode_batch, PROMPT_PASS_LEN)?;
+    let (tiny, tiny_train, mut tiny_decode) = tiny_figures(options, &device)?;
+    // The batched decode against the prompt pass, in alternating rounds: the ratio's two sides.
+    let (batched, tiny_prompt_pass) = bench_decode_against_prompt_pass(
+        &tiny,
+        TINY_NAME,
+        options.decode_batch,
+        TINY_PROMPT_LEN,
+        options.n_decode_tokens,
+        PROMPT_PASS_LEN,
+    )?;
+    tiny_decode.push(batched);
     let mut smollm2_decode = Vec::new();
     let mut prompt_ids = Vec::new();
     if options.smollm2 {

@@ -501,7 +501,10 @@ impl<'a> Decode<'a> {
     }
 
     fn keep_faster(&self, best: &mut Option<(f64, Vec<Vec<u32>>)>, run: (f64, Vec<Vec<u32>>)) {
-        if best.as_ref().is_none_or(|(best_secs, _)| run.0 < *best_secs) {
+        if best
+            .as_ref()
+            .is_none_or(|(best_secs, _)| run.0 < *best_secs)
+        {
             *best = Some(run);
         }
     }

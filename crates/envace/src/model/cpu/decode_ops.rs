@@ -6,9 +6,10 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
+use super::columns::{ColumnBlock, column_blocks};
 use super::quant::{
     TILE, axpy_strided_f32, dot_f32 as dot, dot4_f32, dot4x4_f32, dots_strided_f32,
-    exp_shifted_f32, has_tile16, tile16_f32,
+    exp_shifted_f32, has_tile16, tile16_f32, transpose16_rows,
 };
 use super::{CHUNK, f32s};
 
@@ -279,12 +280,11 @@ impl CustomOp2 for SmallLinear {
 /// place: the products of several weights that take the same input (a layer's query, key and
 /// value projections) in one parallel pass, their columns side by side in each output row.
 ///
-/// Blocks of 16 output columns (never straddling two weights) run in parallel. Each block's
-/// results are laid out row by row (`n × 16`), so that putting them in place afterwards copies
-/// a cache line per row and block. Within a block, each whole group of sixteen input rows is
-/// one 16 × 16 tile ([`tile16_f32`], on the inputs transposed once per call: sums build up in
-/// vector lanes with no reduction at the end); the other rows take 4 × 4 dot-product tiles of
-/// four weight rows against four input rows, leftover weight rows and inputs narrower
+/// Blocks of 16 output columns (never straddling two weights) run in parallel, each writing its
+/// own columns of `out` ([`column_blocks`]). Within a block, each whole group of sixteen input
+/// rows is one 16 × 16 tile ([`tile16_f32`], on the inputs transposed once per call: sums build
+/// up in vector lanes with no reduction at the end); the other rows take 4 × 4 dot-product tiles
+/// of four weight rows against four input rows, leftover weight rows and inputs narrower
 /// products, and a single input row takes sixteen weight rows per reduction.
 pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], out: &mut [f32]) {
     // The tile kernel's width.
@@ -312,22 +312,17 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
     // values each, one per row).
     // Only where the CPU has a tile kernel (`tile16_f32` is `None` otherwise).
     let n_tiled = if has_tile16() { n / TILE * TILE } else { 0 };
-    // Both buffers come from this thread's scratch, written before they are read: zero-filling
-    // fresh ones took about 8% of a batch-16 decode step's profile (`memset`), on the calling
-    // thread while the other worker waited.
+    // From this thread's scratch, written before it is read: zero-filling a fresh buffer (and
+    // one for the results, which now go straight to `out`) took about 8% of a batch-16 decode
+    // step's profile (`memset`), on the calling thread while the other worker waited.
     let mut scratch = SCRATCH.take();
-    let (xt, results) = scratch.split(n_tiled * k, blocks.len() * n * BLOCK);
+    let xt = scratch.get(n_tiled * k);
     for (g, xt) in xt.chunks_mut(TILE * k.max(1)).enumerate() {
-        for (r, x) in x[g * TILE * k..(g + 1) * TILE * k]
-            .chunks(k.max(1))
-            .enumerate()
-        {
-            for (j, &v) in x.iter().enumerate() {
-                xt[j * TILE + r] = v;
-            }
-        }
+        transpose16_rows(&x[g * TILE * k..(g + 1) * TILE * k], k, xt);
     }
-    let product = |&(wi, start, width, _): &(usize, usize, usize, usize), cols: &mut [f32]| {
+    let xt = &*xt;
+    let product = |&(wi, start, width, _): &(usize, usize, usize, usize),
+                   cols: &mut ColumnBlock<'_>| {
         let w = ws[wi];
         let weight = |o: usize| &w[o * k..(o + 1) * k];
         if n == 1 {
@@ -335,7 +330,7 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
                 row(0),
                 &w[start * k..(start + width) * k],
                 k,
-                &mut cols[..width],
+                cols.row_mut(0),
             );
             return;
         }
@@ -349,7 +344,7 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
                     break;
                 };
                 for (r, sums) in tile.iter().enumerate() {
-                    cols[(g * TILE + r) * BLOCK..][..BLOCK].copy_from_slice(sums);
+                    cols.row_mut(g * TILE + r).copy_from_slice(sums);
                 }
                 first = (g + 1) * TILE;
             }
@@ -365,14 +360,14 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
                     let tile = dot4x4_f32(std::array::from_fn(|a| weight(o0 + a)), xs);
                     for (a, four) in tile.iter().enumerate() {
                         for (rr, &v) in four.iter().enumerate() {
-                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                            cols.row_mut(r + rr)[a0 + a] = v;
                         }
                     }
                 } else {
                     for a in 0..n_w {
                         let four = dot4_f32(weight(o0 + a), xs);
                         for (rr, &v) in four.iter().enumerate() {
-                            cols[(r + rr) * BLOCK + a0 + a] = v;
+                            cols.row_mut(r + rr)[a0 + a] = v;
                         }
                     }
                 }
@@ -380,49 +375,47 @@ pub(crate) fn rows_times_weights(x: &[f32], n: usize, k: usize, ws: &[&[f32]], o
             }
             for a in 0..n_w {
                 for rr in r..n {
-                    cols[rr * BLOCK + a0 + a] = dot(row(rr), weight(o0 + a));
+                    cols.row_mut(rr)[a0 + a] = dot(row(rr), weight(o0 + a));
                 }
             }
             a0 += n_w;
         }
     };
+    let mut outs = column_blocks(
+        out,
+        n,
+        total,
+        blocks.iter().map(|&(_, _, width, column)| (column, width)),
+    );
     // A hand-over to rayon's other threads may wake one: only products of about a hundred
     // thousand multiply-adds are worth it. (Generation runs on a pool worker, so a hand-over
     // is a push onto its own queue; from outside the pool it cost tens of microseconds, and
     // the threshold was 2^20.)
     let min_blocks = (PARALLEL_MACS / (BLOCK * n * k).max(1)).max(1);
     if blocks.len() <= min_blocks {
-        results
-            .chunks_mut(n * BLOCK)
+        outs.iter_mut()
             .zip(&blocks)
             .for_each(|(cols, block)| product(block, cols));
     } else {
-        results
-            .par_chunks_mut(n * BLOCK)
+        outs.par_iter_mut()
             .zip(&blocks)
             .with_min_len(min_blocks)
             .for_each(|(cols, block)| product(block, cols));
     }
-    for (r, out_row) in out.chunks_mut(total.max(1)).enumerate().take(n) {
-        for (cols, &(_, _, width, column)) in results.chunks(n * BLOCK).zip(&blocks) {
-            out_row[column..column + width].copy_from_slice(&cols[r * BLOCK..r * BLOCK + width]);
-        }
-    }
     SCRATCH.set(scratch);
 }
 
-/// Buffers [`rows_times_weights`] reuses from call to call on one thread.
+/// The buffer [`rows_times_weights`] reuses from call to call on one thread.
 #[derive(Default)]
 struct Scratch(Vec<f32>);
 
 impl Scratch {
-    /// Two buffers of `a` and `b` values, whatever they held before (the caller writes every
-    /// value it reads).
-    fn split(&mut self, a: usize, b: usize) -> (&mut [f32], &mut [f32]) {
-        if self.0.len() < a + b {
-            self.0.resize(a + b, 0.0);
+    /// `len` values, whatever they held before (the caller writes every value it reads).
+    fn get(&mut self, len: usize) -> &mut [f32] {
+        if self.0.len() < len {
+            self.0.resize(len, 0.0);
         }
-        self.0[..a + b].split_at_mut(a)
+        &mut self.0[..len]
     }
 }
 

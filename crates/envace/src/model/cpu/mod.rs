@@ -10,6 +10,7 @@
 //! [`applies`] tells callers whether a tensor can take these kernels (f32 on the CPU).
 
 pub(crate) mod attention;
+pub(crate) mod columns;
 pub(crate) mod decode_ops;
 pub(crate) mod linear;
 pub mod quant;

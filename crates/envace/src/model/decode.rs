@@ -82,6 +82,23 @@ pub(crate) struct DecodeState {
     values: Vec<Vec<f32>>,
     key_mask: Vec<Vec<u8>>,
     next_pos: Vec<u32>,
+    /// The step's working buffers, kept from step to step: every value is written before it
+    /// is read, so none is zero-filled again.
+    work: Work,
+}
+
+/// One decode step's activations for every row (sized on the first step).
+#[derive(Debug, Default)]
+struct Work {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    x: Vec<f32>,
+    normed: Vec<f32>,
+    qkv: Vec<f32>,
+    attended: Vec<f32>,
+    projected: Vec<f32>,
+    gate_up: Vec<f32>,
+    act: Vec<f32>,
 }
 
 impl DecodeState {
@@ -130,6 +147,7 @@ impl DecodeState {
             values,
             key_mask: cache.key_mask.clone(),
             next_pos: cache.next_pos.clone(),
+            work: Work::default(),
         })
     }
 
@@ -161,13 +179,15 @@ fn rope_in_place(head: &mut [f32], cos: &[f32], sin: &[f32]) {
 }
 
 impl Policy {
-    /// One decode step: feeds `tokens` (one per row) after what `state` holds and returns the
-    /// next-token logits, `b × vocab` row-major, as [`Policy::forward_cached`] would.
+    /// One decode step: feeds `tokens` (one per row) after what `state` holds and writes the
+    /// next-token logits into `logits`, `b × vocab` row-major, as [`Policy::forward_cached`]
+    /// would (`logits` is resized; the caller passes the previous step's buffer back in).
     pub(crate) fn decode_step(
         &self,
         state: &mut DecodeState,
         tokens: &[u32],
-    ) -> candle_core::Result<Vec<f32>> {
+        logits: &mut Vec<f32>,
+    ) -> candle_core::Result<()> {
         let cfg = &self.cfg;
         let (b, h, d) = (state.b, cfg.hidden_size, cfg.head_dim);
         let (n_heads, n_kv) = (cfg.n_heads, cfg.n_kv_heads);
@@ -220,8 +240,33 @@ impl Policy {
         let t = slot + 1;
         // Each row's rotary table for its position, in f32 as the candle path computes it.
         let half = self.inv_freq.len();
-        let mut cos = vec![0f32; b * half];
-        let mut sin = vec![0f32; b * half];
+        let qkv_width = q_dim + 2 * kv_dim;
+        let work = &mut state.work;
+        if work.x.len() != b * h {
+            // The first step: every buffer at its size (the rows never change).
+            *work = Work {
+                cos: vec![0f32; b * half],
+                sin: vec![0f32; b * half],
+                x: vec![0f32; b * h],
+                normed: vec![0f32; b * h],
+                qkv: vec![0f32; b * qkv_width],
+                attended: vec![0f32; b * q_dim],
+                projected: vec![0f32; b * h],
+                gate_up: vec![0f32; b * 2 * inter],
+                act: vec![0f32; b * inter],
+            };
+        }
+        let Work {
+            cos,
+            sin,
+            x,
+            normed,
+            qkv,
+            attended,
+            projected,
+            gate_up,
+            act,
+        } = work;
         for row in 0..b {
             let pos = state.next_pos[row] as f32;
             for (j, &freq) in self.inv_freq.iter().enumerate() {
@@ -234,23 +279,17 @@ impl Policy {
         }
 
         let embed_w = locked.get(embed);
-        let mut x = Vec::with_capacity(b * h);
-        for &token in tokens {
+        for (&token, x) in tokens.iter().zip(x.chunks_mut(h)) {
             let start = token as usize * h;
-            x.extend_from_slice(&embed_w[start..start + h]);
+            x.copy_from_slice(&embed_w[start..start + h]);
         }
-        let mut normed = vec![0f32; b * h];
-        let qkv_width = q_dim + 2 * kv_dim;
-        let mut qkv = vec![0f32; b * qkv_width];
-        let mut attended = vec![0f32; b * q_dim];
-        let mut projected = vec![0f32; b * h];
-        let mut gate_up = vec![0f32; b * 2 * inter];
-        let mut act = vec![0f32; b * inter];
         let cap_d = state.capacity * d;
+        // A head's values before its query or key norm.
+        let mut raw = Vec::with_capacity(d);
         for (li, idx) in layer_idx.iter().enumerate() {
-            rms_norm_rows(&x, locked.get(idx.input_norm), eps, &mut normed);
+            rms_norm_rows(x, locked.get(idx.input_norm), eps, normed);
             let qkv_w = [locked.get(idx.q), locked.get(idx.k), locked.get(idx.v)];
-            rows_times_weights(&normed, b, h, &qkv_w, &mut qkv);
+            rows_times_weights(normed, b, h, &qkv_w, qkv);
             for (row, values) in qkv.chunks_mut(qkv_width).enumerate() {
                 let (q, kv) = values.split_at_mut(q_dim);
                 let (k, v) = kv.split_at_mut(kv_dim);
@@ -264,7 +303,8 @@ impl Policy {
                 ] {
                     for head in part.chunks_mut(d) {
                         if let Some(norm_w) = norm_w {
-                            let raw = head.to_vec();
+                            raw.clear();
+                            raw.extend_from_slice(head);
                             rms_norm_rows(&raw, locked.get(norm_w), eps, head);
                         }
                         rope_in_place(head, c, s);
@@ -306,24 +346,29 @@ impl Policy {
                     .with_min_len(min_tasks)
                     .for_each_init(Vec::new, |scratch, (task, out)| attend(scratch, task, out));
             }
-            rows_times_weights(&attended, b, q_dim, &[locked.get(idx.o)], &mut projected);
-            x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
+            rows_times_weights(attended, b, q_dim, &[locked.get(idx.o)], projected);
+            x.iter_mut()
+                .zip(projected.iter())
+                .for_each(|(x, p)| *x += p);
 
-            rms_norm_rows(&x, locked.get(idx.post_norm), eps, &mut normed);
+            rms_norm_rows(x, locked.get(idx.post_norm), eps, normed);
             let gate_up_w = [locked.get(idx.gate), locked.get(idx.up)];
-            rows_times_weights(&normed, b, h, &gate_up_w, &mut gate_up);
+            rows_times_weights(normed, b, h, &gate_up_w, gate_up);
             for (row, out) in gate_up.chunks(2 * inter).zip(act.chunks_mut(inter)) {
                 let (gate, up) = row.split_at(inter);
                 silu_mul_into(gate, up, out);
             }
-            rows_times_weights(&act, b, inter, &[locked.get(idx.down)], &mut projected);
-            x.iter_mut().zip(&projected).for_each(|(x, p)| *x += p);
+            rows_times_weights(act, b, inter, &[locked.get(idx.down)], projected);
+            x.iter_mut()
+                .zip(projected.iter())
+                .for_each(|(x, p)| *x += p);
         }
         state.len += 1;
-        rms_norm_rows(&x, locked.get(norm), eps, &mut normed);
-        let mut logits = vec![0f32; b * cfg.vocab_size];
-        rows_times_weights(&normed, b, h, &[locked.get(lm_head)], &mut logits);
-        Ok(logits)
+        rms_norm_rows(x, locked.get(norm), eps, normed);
+        // Every logit is written below: a buffer of the right size is reused as it is.
+        logits.resize(b * cfg.vocab_size, 0.0);
+        rows_times_weights(normed, b, h, &[locked.get(lm_head)], logits);
+        Ok(())
     }
 }
 
@@ -381,10 +426,14 @@ mod tests {
                 // Room for two positions only: the buffers grow twice over six steps.
                 let mut state = DecodeState::from_cache(&policy, &cache, 2).unwrap();
                 let b = prompts.len();
+                // One logits buffer for every step, as generation passes it: it starts short
+                // and full of NaN, then holds the step before's logits, so a logit the step
+                // failed to write would show.
+                let mut ours = vec![f32::NAN; 3];
                 for step in 0..6u32 {
                     let tokens: Vec<u32> =
                         (0..b as u32).map(|r| (r * 37 + step * 11) % 300).collect();
-                    let ours = policy.decode_step(&mut state, &tokens).unwrap();
+                    policy.decode_step(&mut state, &tokens, &mut ours).unwrap();
                     let input = Tensor::from_vec(tokens, (b, 1), &Device::Cpu).unwrap();
                     let reference = policy
                         .forward_cached(&input, None, &mut cache)
@@ -422,7 +471,9 @@ mod tests {
             .forward_cached(&ids, Some(&mask), &mut cache)
             .unwrap();
         let mut state = DecodeState::from_cache(&policy, &cache, 4).unwrap();
-        let err = policy.decode_step(&mut state, &[50]).unwrap_err();
+        let err = policy
+            .decode_step(&mut state, &[50], &mut Vec::new())
+            .unwrap_err();
         assert!(err.to_string().contains("token 50"), "{err}");
     }
 }

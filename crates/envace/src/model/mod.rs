@@ -1264,16 +1264,20 @@ impl Policy {
             if step_idx + 1 == max_new_tokens || done.iter().all(|&d| d) {
                 break;
             }
-            logits = match &mut state {
-                Some(state) => self.decode_step(state, &next).map_err(decoding)?,
+            match &mut state {
+                // The previous step's logits buffer, picked from above, takes the new ones.
+                Some(state) => self
+                    .decode_step(state, &next, &mut logits)
+                    .map_err(decoding)?,
                 None => {
                     let ids = Tensor::from_vec(next, (b, 1), &self.device).map_err(decoding)?;
-                    self.forward_cached(&ids, None, &mut cache)?
+                    logits = self
+                        .forward_cached(&ids, None, &mut cache)?
                         .flatten_all()
                         .and_then(|l| l.to_vec1::<f32>())
-                        .map_err(decoding)?
+                        .map_err(decoding)?;
                 }
-            };
+            }
         }
         Ok(out)
     }

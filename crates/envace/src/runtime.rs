@@ -14,13 +14,14 @@
 //!   with the shorter spin fell to about 4,000 tokens/s.) The cost is that the process keeps
 //!   its peak heap.
 //!
-//! - Measured again on an AMD Zen 4 (2 cores, `model_bench --only train`, 30 steps, three
-//!   alternating runs each): even the shorter spin left three threads running on two cores
-//!   whenever candle ran an elementwise op, since our own idle rayon worker spins too while a
-//!   step runs (`crate::model::with_workers_awake`), and the caller then waited for candle's
-//!   worker (`BarrierGuard::drop`, 2.5% of the profile). Without candle's pool
-//!   (`CANDLE_NUM_THREADS=1`: the elementwise ops run on the calling thread) training ran at
-//!   4,823–5,197 tokens/s against 4,307–4,606 with it, the backward pass at 0.27 against 0.32 s.
+//! - Measured again on an AMD Zen 4 (2 cores, `model_bench --only train`, 30 steps, the
+//!   binaries before and after alternating, three runs each): even the shorter spin left three
+//!   threads running on two cores whenever candle ran an elementwise op, since our own idle
+//!   rayon worker spins too while a step runs (`crate::model::with_workers_awake`), and the
+//!   caller then waited for candle's worker (`BarrierGuard::drop`, 2.5% of the profile).
+//!   Without candle's pool (`CANDLE_NUM_THREADS=1`: the elementwise ops run on the calling
+//!   thread) training ran at 4,995–5,273 tokens/s against 4,515–4,872 with it, the backward
+//!   pass at 0.26–0.27 against 0.28–0.31 s.
 //!
 //! Settings the user has already made in the environment win over these.
 

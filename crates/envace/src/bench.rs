@@ -350,7 +350,7 @@ pub fn bench_train(
     let input = all.narrow(1, 0, seq_len).map_err(candle(ctx))?;
     let labels = all
         .narrow(1, 1, seq_len)
-        .and_then(|t| t.contiguous())
+        .and_then(|t| t.flatten_all())
         .map_err(candle(ctx))?;
     // The optimizer our training runs (its gradient norm included; no clipping here).
     let mut opt = crate::rl::AdamW::new(policy, 0.01)?;
@@ -359,14 +359,11 @@ pub fn bench_train(
         // the CPU `synchronize` returns at once).
         let sync = || policy.device().synchronize().map_err(candle(ctx));
         let t0 = Instant::now();
-        let logits = policy.forward_train(&input, None)?;
-        let loss = logits
-            .to_dtype(DType::F32)
-            .and_then(|logits| {
-                // Cross-entropy as our training computes token log-probabilities.
-                let (logp, _) = crate::model::target_logprobs_and_entropy(&logits, &labels)?;
-                logp.mean_all()?.neg()
-            })
+        // Cross-entropy as our training computes token log-probabilities.
+        let (logp, _) = policy.train_token_stats(&input, None, None, &labels)?;
+        let loss = logp
+            .mean_all()
+            .and_then(|mean| mean.neg())
             .map_err(candle(ctx))?;
         sync()?;
         let t1 = Instant::now();

@@ -6,7 +6,6 @@
 
 use candle_core::{Result, Tensor};
 
-use super::cpu;
 use super::layers::{self, LayerKv, Mode, Step};
 use super::{ParamInit, ParamSpec, TransformerConfig};
 use crate::config::Architecture;
@@ -85,21 +84,21 @@ pub(crate) fn layer_params(cfg: &TransformerConfig, idx: usize) -> Vec<ParamSpec
 /// One decoder layer.
 #[derive(Debug, Clone)]
 pub(crate) struct DecoderLayer {
-    input_layernorm: Tensor,
-    q_proj: Tensor,
-    k_proj: Tensor,
-    v_proj: Tensor,
-    o_proj: Tensor,
+    pub(super) input_layernorm: Tensor,
+    pub(super) q_proj: Tensor,
+    pub(super) k_proj: Tensor,
+    pub(super) v_proj: Tensor,
+    pub(super) o_proj: Tensor,
     /// Qwen3's per-head query and key norms.
-    qk_norm: Option<(Tensor, Tensor)>,
-    post_attention_layernorm: Tensor,
-    gate_proj: Tensor,
-    up_proj: Tensor,
-    down_proj: Tensor,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    eps: f64,
+    pub(super) qk_norm: Option<(Tensor, Tensor)>,
+    pub(super) post_attention_layernorm: Tensor,
+    pub(super) gate_proj: Tensor,
+    pub(super) up_proj: Tensor,
+    pub(super) down_proj: Tensor,
+    pub(super) n_heads: usize,
+    pub(super) n_kv_heads: usize,
+    pub(super) head_dim: usize,
+    pub(super) eps: f64,
 }
 
 impl DecoderLayer {
@@ -159,9 +158,6 @@ impl DecoderLayer {
         step: &Step,
         kv: Option<&mut LayerKv>,
     ) -> Result<Tensor> {
-        if step.mode == Mode::Train && kv.is_none() && cpu::applies(x) {
-            return self.forward_train_cpu(x, step);
-        }
         let mode: Mode = step.mode;
         let (b, l, _) = x.dims3()?;
         let h = layers::rms_norm(x, &self.input_layernorm, self.eps, mode)?;
@@ -185,42 +181,5 @@ impl DecoderLayer {
         let x = (x + layers::linear(&attn, &self.o_proj)?)?;
         let h = layers::rms_norm(&x, &self.post_attention_layernorm, self.eps, mode)?;
         x + layers::swiglu(&h, &self.gate_proj, &self.up_proj, &self.down_proj)?
-    }
-
-    /// The training forward on the CPU in f32, the same function as [`Self::forward`] in fewer
-    /// graph nodes (candle's backward zero-fills and adds a gradient per node input): the query,
-    /// key and value weights stacked into one linear layer, Qwen3's query/key norms, RoPE and
-    /// attention in `cpu::attention`'s two nodes on the packed result, and the gate and up
-    /// weights stacked into one linear layer before the packed SiLU gating.
-    fn forward_train_cpu(&self, x: &Tensor, step: &Step) -> Result<Tensor> {
-        let h = layers::rms_norm(x, &self.input_layernorm, self.eps, Mode::Train)?;
-        let qkv_w = Tensor::cat(&[&self.q_proj, &self.k_proj, &self.v_proj], 0)?;
-        let qkv = layers::linear(&h, &qkv_w)?;
-        let qkv = match &self.qk_norm {
-            Some((q_norm, k_norm)) => cpu::attention::qk_norm(
-                &qkv,
-                q_norm,
-                k_norm,
-                self.n_heads,
-                self.n_kv_heads,
-                self.eps,
-            )?,
-            None => qkv,
-        };
-        let attn = cpu::attention::attention(
-            &qkv,
-            &step.cos,
-            &step.sin,
-            &step.allowed,
-            self.n_heads,
-            self.n_kv_heads,
-            self.head_dim,
-            1.0 / (self.head_dim as f64).sqrt(),
-        )?;
-        let x = (x + layers::linear(&attn, &self.o_proj)?)?;
-        let h = layers::rms_norm(&x, &self.post_attention_layernorm, self.eps, Mode::Train)?;
-        let gate_up_w = Tensor::cat(&[&self.gate_proj, &self.up_proj], 0)?;
-        let act = cpu::train_ops::silu_mul_packed(&layers::linear(&h, &gate_up_w)?)?;
-        x + layers::linear(&act, &self.down_proj)?
     }
 }

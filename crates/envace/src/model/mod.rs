@@ -12,7 +12,7 @@
 //!
 //! | path | runs when | on the CPU in f32 | elsewhere (CUDA, other dtypes) |
 //! |---|---|---|---|
-//! | training forward, [`Policy::forward_train`] / [`Policy::forward_train_rows`] | SFT and GRPO losses: the whole sequence through the layers, causal + padding mask, every parameter gets its gradient; the losses take the final norm and the vocabulary head at the trained tokens only (`forward_train_rows`) | `cpu::train_ops` (fused, with a real backward), `cpu::linear` (each linear layer one graph node; q/k/v and gate/up weights stacked) and `cpu::attention` (RoPE, softmax and values one graph node) | candle's composed ops, whose backward works on every backend |
+//! | training forward, [`Policy::train_token_stats`] (SFT and GRPO losses) / [`Policy::forward_train`] / [`Policy::forward_train_rows`] | the whole sequence through the layers, causal + padding mask, every parameter gets its gradient; the losses take the final norm and the vocabulary head at the trained tokens only | `stack` (all layers one graph node with a hand-chained backward over `cpu::train_ops`, `cpu::linear` with q/k/v and gate/up weights stacked, and `cpu::attention`); the head and the token statistics one node (`cpu::train_ops::head_token_stats`) | candle's composed ops, whose backward works on every backend |
 //! | prompt pass, [`Policy::forward_cached`] | the prompt of every generation, into a [`KvCache`]; batched with left padding | candle's fused inference ops, `cpu::decode_ops::small_linear` for few-row products | candle's fused inference ops |
 //! | decode step (`decode.rs`) | each new token of [`Policy::generate`] after the prompt | plain loops over the weights, `cpu::decode_ops` and `cpu::quant`'s f32 primitives | [`Policy::forward_cached`] one position at a time |
 //! | quantised decode (`qllama.rs`, [`QuantizedLlama`]) | a GGUF served by `serve-model` (also when it is the external simulator) on its quantised weights | `cpu::quant`: Q4_1 / Q8_0 weights times Q8_1 activations | candle's `quantized_llama` |
@@ -31,6 +31,7 @@ mod layers;
 mod llama;
 mod qllama;
 mod qwen3;
+mod stack;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -1090,7 +1091,46 @@ impl Policy {
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let positions = train_positions(&mask, l);
         self.run(Mode::Train, input_ids, positions, mask, 0, None, rows)
+            .and_then(|x| self.head(&x))
             .map_err(|e| Error::candle(&context, e))
+    }
+
+    /// The vocabulary head over final hidden states (the final norm applied).
+    fn head(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        layers::linear(x, &self.lm_head)
+    }
+
+    /// The log-probability of `targets: (n,)` u32 and the entropy of the next-token
+    /// distribution, each `(n,)`, at the `n` positions `rows` names (flat indices into the
+    /// `b × l` positions of `input_ids`, or all of them in order when `rows` is absent),
+    /// differentiable with respect to every parameter: what [`target_logprobs_and_entropy`]
+    /// gives for the logits of [`Policy::forward_train_rows`], in one pass. On the CPU in f32
+    /// the vocabulary head and the statistics are one graph node, so that no `(n, vocab)`
+    /// gradient is zero-filled and added to in the backward.
+    pub fn train_token_stats(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        rows: Option<&Tensor>,
+        targets: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let context = format!("{:?} training token statistics", self.cfg.architecture);
+        let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
+        let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
+        let positions = train_positions(&mask, l);
+        let run = || -> candle_core::Result<(Tensor, Tensor)> {
+            let x = self.run(Mode::Train, input_ids, positions, mask, 0, None, rows)?;
+            let x = x.reshape(((), self.cfg.hidden_size))?;
+            if cpu::applies(&x) && cpu::applies(&self.lm_head) {
+                let stats = cpu::train_ops::head_token_stats(&x, &self.lm_head, targets)?;
+                let column = |k: usize| stats.narrow(1, k, 1)?.squeeze(1)?.contiguous();
+                return Ok((column(0)?, column(1)?));
+            }
+            let logits = self.head(&x)?.to_dtype(DType::F32)?.unsqueeze(0)?;
+            let (logp, entropy) = target_logprobs_and_entropy(&logits, &targets.unsqueeze(0)?)?;
+            Ok((logp.squeeze(0)?, entropy.squeeze(0)?))
+        };
+        run().map_err(|e| Error::candle(&context, e))
     }
 
     /// Generation step: runs `input_ids: (b, l)` after whatever `cache` holds and returns the
@@ -1138,6 +1178,7 @@ impl Policy {
             Some(&mut cache.layers),
             None,
         )
+        .and_then(|x| layers::linear(&x, &self.lm_head.detach()))
         .and_then(|logits| logits.squeeze(1)?.to_dtype(DType::F32))
         .map_err(|e| Error::candle(&context, e))
     }
@@ -1282,9 +1323,9 @@ impl Policy {
         Ok(out)
     }
 
-    /// Embedding → layers → final norm → head, for the positions given. Returns all positions
-    /// in training mode (or, with `rows`, those flat positions as `(n, vocab)`) and the last
-    /// one (`(b, 1, vocab)`) in generation mode.
+    /// Embedding → layers → final norm, for the positions given; the caller applies the
+    /// vocabulary head. Returns all positions in training mode (or, with `rows`, those flat
+    /// positions as `(n, hidden)`) and the last one (`(b, 1, hidden)`) in generation mode.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -1299,25 +1340,15 @@ impl Policy {
         let (b, l) = input_ids.dims2()?;
         let step = self.step(mode, positions, key_mask, past, (b, l))?;
         let detached;
-        let (embed, layers, norm, lm_head) = match mode {
-            Mode::Train => (
-                self.embed.clone(),
-                &self.layers,
-                self.norm.clone(),
-                self.lm_head.clone(),
-            ),
+        let (embed, layers, norm) = match mode {
+            Mode::Train => (self.embed.clone(), &self.layers, self.norm.clone()),
             Mode::Generate => {
                 detached = self
                     .layers
                     .iter()
                     .map(DecoderLayer::detached)
                     .collect::<Vec<_>>();
-                (
-                    self.embed.detach(),
-                    &detached,
-                    self.norm.detach(),
-                    self.lm_head.detach(),
-                )
+                (self.embed.detach(), &detached, self.norm.detach())
             }
         };
         let ids = input_ids.to_device(&self.device)?.flatten_all()?;
@@ -1329,6 +1360,10 @@ impl Policy {
                 for (layer, kv) in layers.iter().zip(kvs.iter_mut()) {
                     x = layer.forward(&x, &step, Some(kv))?;
                 }
+            }
+            // Training on the CPU in f32: the layers as one graph node with its own backward.
+            None if mode == Mode::Train && cpu::applies(&x) => {
+                x = stack::forward(&x, layers, &step)?;
             }
             None => {
                 for layer in layers {
@@ -1343,8 +1378,7 @@ impl Policy {
                 .reshape((b * l, self.cfg.hidden_size))?
                 .index_select(&rows.to_device(&self.device)?, 0)?;
         }
-        let x = layers::rms_norm(&x, &norm, self.cfg.rms_norm_eps, mode)?;
-        layers::linear(&x, &lm_head)
+        layers::rms_norm(&x, &norm, self.cfg.rms_norm_eps, mode)
     }
 
     /// The rotary tables and attention mask of one forward pass, built on the device:

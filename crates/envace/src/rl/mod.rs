@@ -238,21 +238,17 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
         return Ok((zeros.clone(), zeros));
     }
     let rows = &batch.trained_rows;
-    let logits = policy.forward_train_rows(&batch.input, Some(&batch.attention), rows)?;
-    let run = || -> candle_core::Result<(Tensor, Tensor)> {
-        let targets = batch.targets.flatten_all()?.index_select(rows, 0)?;
-        let (logp, entropy) = crate::model::target_logprobs_and_entropy(
-            &logits.to_dtype(DType::F32)?.unsqueeze(0)?,
-            &targets.unsqueeze(0)?,
-        )?;
-        let spread = |values: Tensor| -> candle_core::Result<Tensor> {
-            zeros()?
-                .index_add(rows, &values.squeeze(0)?, 0)?
-                .reshape((b, l))
-        };
-        Ok((spread(logp)?, spread(entropy)?))
+    let targets = batch
+        .targets
+        .flatten_all()
+        .and_then(|t| t.index_select(rows, 0))
+        .map_err(fail)?;
+    let (logp, entropy) =
+        policy.train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &targets)?;
+    let spread = |values: Tensor| -> candle_core::Result<Tensor> {
+        zeros()?.index_add(rows, &values, 0)?.reshape((b, l))
     };
-    run().map_err(fail)
+    Ok((spread(logp).map_err(fail)?, spread(entropy).map_err(fail)?))
 }
 
 /// Adds `grads` of the policy's parameters into `total`.

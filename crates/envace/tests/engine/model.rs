@@ -621,6 +621,97 @@ test_device!(
     every_parameter_gets_a_gradient_cuda
 );
 
+/// A weighted sum of the target log-probabilities and entropies of `train_token_stats` at
+/// `rows`, whose targets are those rows' labels.
+fn stats_loss(
+    policy: &Policy,
+    input: &Tensor,
+    mask: &Tensor,
+    rows: &Tensor,
+    labels: &Tensor,
+) -> Tensor {
+    let targets = labels.flatten_all().unwrap().index_select(rows, 0).unwrap();
+    let (logp, entropy) = policy
+        .train_token_stats(input, Some(mask), Some(rows), &targets)
+        .unwrap();
+    let n = rows.dim(0).unwrap();
+    let weights: Vec<f64> = (0..n).map(|i| 0.5 - i as f64 * 0.3).collect();
+    let weights = Tensor::new(weights.as_slice(), input.device())
+        .unwrap()
+        .to_dtype(logp.dtype())
+        .unwrap();
+    let logp_part = (logp * &weights).unwrap().sum_all().unwrap();
+    let entropy_part = (entropy.to_dtype(logp_part.dtype()).unwrap() * 0.7)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    (logp_part + entropy_part).unwrap()
+}
+
+/// On the CPU in f32 the layers train as one graph node whose backward is chained by hand
+/// (`model/stack.rs`), and the head with the token statistics as another; every parameter's
+/// gradient matches the composed ops' in f64, for both architectures, tied and untied, through
+/// a padded batch, through the trained-rows head and through the token statistics.
+#[test]
+fn the_cpu_training_layers_give_the_composed_gradients() {
+    let device = Device::Cpu;
+    for arch in [Architecture::Qwen3, Architecture::Llama] {
+        for tie in [true, false] {
+            let cfg = tiny(arch, tie, false);
+            let vocab = cfg.vocab_size;
+            let policy = random_policy(cfg, &device, DType::F32, 12);
+            let dir = tempfile::tempdir().unwrap();
+            policy.save(dir.path()).unwrap();
+            let wide = Policy::load(dir.path(), &device, DType::F64).unwrap();
+            let (input, labels, mask) = sft_batch(vocab, &device);
+            // A loss over every position, and one over a few rows with unequal weights.
+            let rows = Tensor::new(&[1u32, 4, 8, 9, 11], &device).unwrap();
+            let row_weights = Tensor::new(&[0.5f64, -1.0, 2.0, 1.5, 0.25], &device).unwrap();
+            let rows_loss = |p: &Policy| {
+                let logits = p.forward_train_rows(&input, Some(&mask), &rows).unwrap();
+                let logp = candle_nn::ops::log_softmax(&logits, D::Minus1).unwrap();
+                let weights = row_weights.to_dtype(logp.dtype()).unwrap();
+                logp.i((.., 3))
+                    .unwrap()
+                    .mul(&weights)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+            };
+            let cases = [
+                (
+                    "all positions",
+                    sft_loss(&policy, &input, &labels, &mask),
+                    sft_loss(&wide, &input, &labels, &mask),
+                ),
+                ("trained rows", rows_loss(&policy), rows_loss(&wide)),
+                (
+                    "token statistics",
+                    stats_loss(&policy, &input, &mask, &rows, &labels),
+                    stats_loss(&wide, &input, &mask, &rows, &labels),
+                ),
+            ];
+            for (case, narrow_loss, wide_loss) in cases {
+                let (narrow, wide_grads) = (
+                    narrow_loss.backward().unwrap(),
+                    wide_loss.backward().unwrap(),
+                );
+                for (name, var) in policy.vars() {
+                    let got = narrow.get(var.as_tensor()).unwrap();
+                    let want = wide_grads.get(wide.vars()[name].as_tensor()).unwrap();
+                    let scale = scalar(&want.abs().unwrap().flatten_all().unwrap().max(0).unwrap());
+                    let diff = max_abs_diff(got, want);
+                    assert!(
+                        scale > 0.0 && diff <= 1e-4 * scale,
+                        "{arch:?} tied={tie} {case}: {name}'s gradient is off by {diff} \
+                         (largest {scale})"
+                    );
+                }
+            }
+        }
+    }
+}
+
 fn adamw_step_lowers_the_loss(device: &Device) {
     for arch in [Architecture::Qwen3, Architecture::Llama] {
         let cfg = tiny(arch, true, false);

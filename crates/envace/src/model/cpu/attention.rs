@@ -18,13 +18,13 @@
 //! probabilities instead of keeping them (a product of `l × d` by `d × l` per pair, which
 //! costs less than storing and reading back `(b, heads, l, l)` floats).
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Storage, Tensor, bail};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::strided::{self, View};
 use super::train_ops::{masked_softmax_row, rms_norm_row, rms_norm_row_backward, rope_row};
-use super::{f32s, for_rows, last_dim};
+use super::{cpu_f32s, f32s, for_rows, last_dim};
 
 /// Sizes of one attention call.
 #[derive(Debug, Clone, Copy)]
@@ -97,57 +97,87 @@ struct Tables {
 /// Attention over the packed projections `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)` (each
 /// token's queries, then keys, then values, as one linear layer over the stacked weights
 /// writes them), with RoPE from `cos, sin: (b, 1, l, d)` applied to queries and keys, scores
-/// scaled by `scale` and masked by `allowed: (b, 1, l, l)` u8. Returns `(b, l, n_heads · d)`;
-/// the gradient flows to `qkv`. A query that may see no key gets zeros.
-#[allow(clippy::too_many_arguments)] // The input, the step's three constants, sizes, scale.
-pub(crate) fn attention(
-    qkv: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    allowed: &Tensor,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    scale: f64,
-) -> Result<Tensor> {
-    const NAME: &str = "fused attention";
-    let (batch, len) = (cos.dim(0)?, cos.dim(2)?);
-    let geometry = Geometry {
-        batch,
-        len,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    };
-    geometry.check(NAME, qkv.dims(), cos.dims())?;
-    if sin.dims() != cos.dims() || allowed.dims() != [batch, 1, len, len] {
-        bail!(
-            "{NAME}: the tables are {:?} and {:?} and the mask {:?}; expected the tables alike \
-             and the mask [{batch}, 1, {len}, {len}]",
-            cos.dims(),
-            sin.dims(),
-            allowed.dims()
-        )
-    }
-    if !scale.is_finite() || scale == 0.0 {
-        bail!("{NAME}: the scale must be finite and non-zero, got {scale}")
-    }
-    let tables = Tables {
-        cos: cos.flatten_all()?.to_vec1::<f32>()?,
-        sin: sin.flatten_all()?.to_vec1::<f32>()?,
-        allowed: allowed.flatten_all()?.to_vec1::<u8>()?,
-    };
-    qkv.contiguous()?.apply_op1(Attention {
-        geometry,
-        tables: Arc::new(tables),
-        scale: scale as f32,
-    })
-}
-
-struct Attention {
+/// scaled by `scale` and masked by `allowed: (b, 1, l, l)` u8, giving `(b, l, n_heads · d)`.
+/// A query that may see no key gets zeros.
+///
+/// Built once per training forward from the step's tables and shared by every layer:
+/// [`Attention::forward`] is the graph node (the gradient flows to `qkv`), and
+/// [`Attention::grad_qkv`] its backward, for a caller that chains the layers' backward itself.
+#[derive(Clone)]
+pub(crate) struct Attention {
     geometry: Geometry,
+    /// The RoPE tables' `(b, 1, l, d)`, which the packed input is checked against.
+    table_dims: [usize; 4],
     tables: Arc<Tables>,
     scale: f32,
+}
+
+impl Attention {
+    /// Reads the step's tables and checks them against the sizes.
+    pub(crate) fn new(
+        cos: &Tensor,
+        sin: &Tensor,
+        allowed: &Tensor,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        scale: f64,
+    ) -> Result<Self> {
+        const NAME: &str = "fused attention";
+        let (batch, len) = (cos.dim(0)?, cos.dim(2)?);
+        let geometry = Geometry {
+            batch,
+            len,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        };
+        let table_dims: [usize; 4] = match cos.dims() {
+            &[b, one, l, d] => [b, one, l, d],
+            other => bail!("{NAME}: the RoPE tables are {other:?}; expected (b, 1, l, d)"),
+        };
+        geometry.check(NAME, &[batch, len, geometry.width()], &table_dims)?;
+        if sin.dims() != cos.dims() || allowed.dims() != [batch, 1, len, len] {
+            bail!(
+                "{NAME}: the tables are {:?} and {:?} and the mask {:?}; expected the tables \
+                 alike and the mask [{batch}, 1, {len}, {len}]",
+                cos.dims(),
+                sin.dims(),
+                allowed.dims()
+            )
+        }
+        if !scale.is_finite() || scale == 0.0 {
+            bail!("{NAME}: the scale must be finite and non-zero, got {scale}")
+        }
+        let tables = Tables {
+            cos: cos.flatten_all()?.to_vec1::<f32>()?,
+            sin: sin.flatten_all()?.to_vec1::<f32>()?,
+            allowed: allowed.flatten_all()?.to_vec1::<u8>()?,
+        };
+        Ok(Attention {
+            geometry,
+            table_dims,
+            tables: Arc::new(tables),
+            scale: scale as f32,
+        })
+    }
+
+    /// The attention of the packed `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)`, one graph node
+    /// when `qkv` tracks its gradient.
+    pub(crate) fn forward(&self, qkv: &Tensor) -> Result<Tensor> {
+        self.geometry
+            .check("fused attention", qkv.dims(), &self.table_dims)?;
+        qkv.contiguous()?.apply_op1(self.clone())
+    }
+
+    /// The gradient of the packed `qkv` that [`Attention::forward`] read, given its output's
+    /// `grad`.
+    pub(crate) fn grad_qkv(&self, qkv: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        self.geometry
+            .check("fused attention backward", qkv.dims(), &self.table_dims)?;
+        let grad_qkv = CustomOp1::bwd(self, &qkv.contiguous()?, qkv, grad)?;
+        grad_qkv.ok_or_else(|| candle_core::Error::Msg("fused attention: no gradient".into()))
+    }
 }
 
 /// What one (batch row, key/value head) pair computes on the way to its output and that its
@@ -291,14 +321,6 @@ fn contiguous(data: &[f32], rows: usize, cols: usize) -> View<'_> {
 /// The transpose of row-major `rows × cols` `data`, as a `cols × rows` view.
 fn transposed(data: &[f32], rows: usize, cols: usize) -> View<'_> {
     contiguous(data, rows, cols).t()
-}
-
-/// The f32 values of a tensor's storage on the CPU.
-fn cpu_f32s<'a>(storage: &'a Storage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
-    match storage {
-        Storage::Cpu(cpu) => f32s(cpu, layout, what),
-        _ => bail!("{what}: expects tensors on the CPU"),
-    }
 }
 
 impl CustomOp1 for Attention {
@@ -453,6 +475,29 @@ pub(crate) fn qk_norm(
     )
 }
 
+/// The gradients of [`qk_norm`]'s inputs (`qkv`, `q_w`, `k_w`) given its output's `grad`, for a
+/// caller that chains the layers' backward itself.
+pub(crate) fn qk_norm_grads(
+    qkv: &Tensor,
+    q_w: &Tensor,
+    k_w: &Tensor,
+    (n_heads, n_kv_heads): (usize, usize),
+    eps: f64,
+    grad: &Tensor,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = QkNorm {
+        n_heads,
+        n_kv_heads,
+        head_dim: q_w.elem_count(),
+        eps: eps as f32,
+    };
+    let (qkv, q_w, k_w) = (qkv.contiguous()?, q_w.contiguous()?, k_w.contiguous()?);
+    match CustomOp3::bwd(&op, &qkv, &q_w, &k_w, &qkv, grad)? {
+        (Some(d_qkv), Some(d_q), Some(d_k)) => Ok((d_qkv, d_q, d_k)),
+        _ => bail!("fused query/key norm: a gradient is missing"),
+    }
+}
+
 #[derive(Clone, Copy)]
 struct QkNorm {
     n_heads: usize,
@@ -584,6 +629,21 @@ mod tests {
     use super::super::testing::{check, values, var};
     use super::super::train_ops;
     use super::*;
+
+    /// The attention of `qkv` as one graph node, made for one call.
+    #[allow(clippy::too_many_arguments)] // The input, the step's three constants, sizes, scale.
+    fn attention(
+        qkv: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        allowed: &Tensor,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor> {
+        Attention::new(cos, sin, allowed, n_heads, n_kv_heads, head_dim, scale)?.forward(qkv)
+    }
 
     /// Causal, with the first `pad` keys of batch row 1 padding (a query still sees itself).
     fn mask(b: usize, l: usize, pad: usize) -> Tensor {

@@ -15,12 +15,21 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Result, Shape, Tensor, bail};
 
-use super::f32s;
+use super::{cpu_f32s, f32s};
 
 /// `x · wᵀ` for `x: (..., k)` and `w: (n, k)`, f32 on the CPU, returning `(..., n)`; gradients
 /// flow to both.
 pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op2(&w.contiguous()?, Linear)
+}
+
+/// The gradients of [`linear`]'s `x` and `w` given its output's `grad`, for a caller that
+/// chains the layers' backward itself.
+pub(crate) fn linear_grads(x: &Tensor, w: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)> {
+    match Linear.bwd(x, w, x, grad)? {
+        (Some(dx), Some(dw)) => Ok((dx, dw)),
+        _ => bail!("fused-linear: a gradient is missing"),
+    }
 }
 
 struct Linear;
@@ -51,45 +60,20 @@ impl CustomOp2 for Linear {
             bail!("{}: the weight ({n}, {k}) has no columns", self.name())
         }
         let m = x.len() / k;
-        let mut out = vec![0f32; m * n];
-        let threads = rayon::current_num_threads();
-        let parallelism = if threads > 1 {
-            gemm::Parallelism::Rayon(threads)
-        } else {
-            gemm::Parallelism::None
-        };
-        if m > 0 && n > 0 {
-            assert!(
-                x.len() == m * k && w.len() == n * k && out.len() == m * n,
-                "fused-linear: lengths do not match the shapes"
-            );
-            // SAFETY: `out` is (m, n) row-major, `x` (m, k) row-major and `w` (n, k) row-major,
-            // read as the (k, n) matrix wᵀ through its strides (row stride 1, column stride k);
-            // every element those strides reach lies inside its slice (lengths asserted above).
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    out.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    w.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    parallelism,
-                );
-            }
-        }
+        // out = x · wᵀ, wᵀ read out of `w` through its strides.
+        let out = product(
+            (m, n, k),
+            Operand {
+                data: x,
+                rs: k,
+                cs: 1,
+            },
+            Operand {
+                data: w,
+                rs: 1,
+                cs: k,
+            },
+        );
         let mut out_dims = x_dims.to_vec();
         if let Some(last) = out_dims.last_mut() {
             *last = n;
@@ -104,14 +88,120 @@ impl CustomOp2 for Linear {
         _res: &Tensor,
         grad_res: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        const WHAT: &str = "fused-linear backward";
         let (n, k) = w.dims2()?;
-        // Detached operands: the gradient products must not grow the graph.
-        let grad = grad_res.detach().contiguous()?.reshape(((), n))?;
-        let x_rows = x.detach().reshape(((), k))?;
-        let grad_x = grad.matmul(&w.detach())?.reshape(x.shape())?;
-        let grad_w = grad.t()?.matmul(&x_rows)?;
-        Ok((Some(grad_x), Some(grad_w)))
+        let (x, w, grad) = (x.contiguous()?, w.contiguous()?, grad_res.contiguous()?);
+        let m = x.elem_count() / k.max(1);
+        if grad.elem_count() != m * n {
+            bail!(
+                "{WHAT}: the gradient is {:?} for an input {:?} and a weight ({n}, {k})",
+                grad.dims(),
+                x.dims()
+            )
+        }
+        let (d_x, d_w) = {
+            let (x_s, x_l) = x.storage_and_layout();
+            let (w_s, w_l) = w.storage_and_layout();
+            let (g_s, g_l) = grad.storage_and_layout();
+            let (xs, ws) = (cpu_f32s(&x_s, x_l, WHAT)?, cpu_f32s(&w_s, w_l, WHAT)?);
+            let gs = cpu_f32s(&g_s, g_l, WHAT)?;
+            // dx = grad · w: (m, n) by (n, k).
+            let d_x = product(
+                (m, k, n),
+                Operand {
+                    data: gs,
+                    rs: n,
+                    cs: 1,
+                },
+                Operand {
+                    data: ws,
+                    rs: k,
+                    cs: 1,
+                },
+            );
+            // dw = gradᵀ · x: (n, m) by (m, k), gradᵀ read out of `grad` through its strides.
+            let d_w = product(
+                (n, k, m),
+                Operand {
+                    data: gs,
+                    rs: 1,
+                    cs: n,
+                },
+                Operand {
+                    data: xs,
+                    rs: k,
+                    cs: 1,
+                },
+            );
+            (d_x, d_w)
+        };
+        Ok((
+            Some(Tensor::from_vec(d_x, x.shape(), x.device())?),
+            Some(Tensor::from_vec(d_w, (n, k), w.device())?),
+        ))
     }
+}
+
+/// A matrix read out of a slice through its row stride `rs` and column stride `cs`.
+pub(super) struct Operand<'a> {
+    pub(super) data: &'a [f32],
+    pub(super) rs: usize,
+    pub(super) cs: usize,
+}
+
+impl Operand<'_> {
+    /// Whether every element of a `rows × cols` matrix lies inside the slice.
+    fn holds(&self, rows: usize, cols: usize) -> bool {
+        rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+/// The row-major `(m, n)` product of `lhs: (m, k)` and `rhs: (k, n)`, on rayon's pool, in a
+/// fresh buffer that `gemm` writes whole (no zero-fill first).
+pub(super) fn product((m, n, k): (usize, usize, usize), lhs: Operand, rhs: Operand) -> Vec<f32> {
+    assert!(
+        lhs.holds(m, k) && rhs.holds(k, n),
+        "fused-linear: an operand is shorter than its shape"
+    );
+    if m == 0 || n == 0 || k == 0 {
+        return vec![0f32; m * n];
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let mut out = Vec::<f32>::with_capacity(m * n);
+    // SAFETY: `out` has room for the (m, n) row-major result (row stride n, column stride 1);
+    // the operands' strides reach only elements inside their slices (asserted above). With
+    // `read_dst` false `gemm` never reads the destination and stores every one of its m × n
+    // elements, so all of them are initialised when the length is set.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            lhs.data.as_ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+        out.set_len(m * n);
+    }
+    out
 }
 
 #[cfg(test)]

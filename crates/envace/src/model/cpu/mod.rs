@@ -18,7 +18,7 @@ pub(crate) mod strided;
 pub(crate) mod train_ops;
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor, bail};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Storage, Tensor, bail};
 use rayon::prelude::*;
 
 use quant::exp_shifted_f32;
@@ -36,6 +36,14 @@ pub(crate) fn f32s<'a>(storage: &'a CpuStorage, layout: &Layout, op: &str) -> Re
     match layout.contiguous_offsets() {
         Some((start, end)) => Ok(&data[start..end]),
         None => bail!("{op}: expects a contiguous input"),
+    }
+}
+
+/// The f32 values of a tensor's storage on the CPU.
+pub(crate) fn cpu_f32s<'a>(storage: &'a Storage, layout: &Layout, what: &str) -> Result<&'a [f32]> {
+    match storage {
+        Storage::Cpu(cpu) => f32s(cpu, layout, what),
+        _ => bail!("{what}: expects tensors on the CPU"),
     }
 }
 

@@ -92,7 +92,15 @@ struct Tables {
     cos: Vec<f32>,
     sin: Vec<f32>,
     allowed: Vec<u8>,
+    /// For each query `(b, i)`: one past the last key it may see (0 when it sees none). Keys
+    /// past it get no probability, so products over the keys stop there (a causal mask halves
+    /// the attention's work).
+    extent: Vec<usize>,
 }
+
+/// Query rows per block of the attention's products: each block runs over the keys up to the
+/// largest extent among its queries.
+const QUERY_BLOCK: usize = 64;
 
 /// Attention over the packed projections `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)` (each
 /// token's queries, then keys, then values, as one linear layer over the stacked weights
@@ -149,10 +157,16 @@ impl Attention {
         if !scale.is_finite() || scale == 0.0 {
             bail!("{NAME}: the scale must be finite and non-zero, got {scale}")
         }
+        let allowed = allowed.flatten_all()?.to_vec1::<u8>()?;
+        let extent = allowed
+            .chunks(len.max(1))
+            .map(|row| row.iter().rposition(|&a| a != 0).map_or(0, |j| j + 1))
+            .collect();
         let tables = Tables {
             cos: cos.flatten_all()?.to_vec1::<f32>()?,
             sin: sin.flatten_all()?.to_vec1::<f32>()?,
-            allowed: allowed.flatten_all()?.to_vec1::<u8>()?,
+            allowed,
+            extent,
         };
         Ok(Attention {
             geometry,
@@ -226,24 +240,65 @@ impl Attention {
             let head = kv * n_rep + r;
             self.rope_rows(bi, qkv, row0 + head * d, width, false, block);
         }
+        // Scores and probabilities only up to each query block's key extent; past it they
+        // stay 0.
         let mut probs = vec![0f32; n_rep * l * l];
-        strided::product(
-            &mut probs,
-            contiguous(&queries, n_rep * l, d),
-            transposed(&keys, l, d),
-            self.scale,
-        );
+        for (row0, n, e) in self.query_blocks(bi) {
+            strided::product_into(
+                &mut probs,
+                (row0 * l, l),
+                rows_of(&queries, row0, n, d),
+                transposed(&keys[..e * d], e, d),
+                self.scale,
+                false,
+            );
+        }
         let mut scores = vec![0f32; l];
         for (row_idx, row) in probs.chunks_exact_mut(l).enumerate() {
             let i = row_idx % l;
-            let mask = &self.tables.allowed[(bi * l + i) * l..(bi * l + i + 1) * l];
-            scores.copy_from_slice(row);
-            masked_softmax_row(&scores, mask, 1.0, row);
+            let e = self.block_extent(bi, i);
+            let mask = &self.tables.allowed[(bi * l + i) * l..(bi * l + i) * l + e];
+            scores[..e].copy_from_slice(&row[..e]);
+            masked_softmax_row(&scores[..e], mask, 1.0, &mut row[..e]);
         }
         Pair {
             keys,
             queries,
             probs,
+        }
+    }
+
+    /// The query blocks of a pair's stacked heads for batch row `bi`: the first stacked row,
+    /// the number of rows and the key extent of each.
+    fn query_blocks(&self, bi: usize) -> Vec<(usize, usize, usize)> {
+        let (l, n_rep) = (self.geometry.len, self.geometry.n_rep());
+        (0..n_rep)
+            .flat_map(|r| {
+                (0..l)
+                    .step_by(QUERY_BLOCK)
+                    .map(move |i0| (r * l + i0, (l - i0).min(QUERY_BLOCK)))
+            })
+            .map(|(row0, n)| (row0, n, self.block_extent(bi, row0 % l)))
+            .collect()
+    }
+
+    /// The key extent of the query block holding query `i` of batch row `bi`.
+    fn block_extent(&self, bi: usize, i: usize) -> usize {
+        let l = self.geometry.len;
+        let start = i / QUERY_BLOCK * QUERY_BLOCK;
+        let end = (start + QUERY_BLOCK).min(l);
+        self.tables.extent[bi * l + start..bi * l + end]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The values of pair `(bi, kv)` up to key `e`.
+    fn values_to<'a>(&self, qkv: &'a [f32], bi: usize, kv: usize, e: usize) -> View<'a> {
+        View {
+            rows: e,
+            ..self.values(qkv, bi, kv)
         }
     }
 
@@ -318,6 +373,28 @@ fn contiguous(data: &[f32], rows: usize, cols: usize) -> View<'_> {
     }
 }
 
+/// Rows `first..first + rows` of row-major `data` with `cols` columns, as a view.
+fn rows_of(data: &[f32], first: usize, rows: usize, cols: usize) -> View<'_> {
+    View {
+        offset: first * cols,
+        rows,
+        ..contiguous(data, rows, cols)
+    }
+}
+
+/// Columns `..cols` of rows `first..first + rows` of row-major `data` whose rows are
+/// `row_len` long, as a view.
+fn block_of(data: &[f32], first: usize, rows: usize, cols: usize, row_len: usize) -> View<'_> {
+    View {
+        data,
+        offset: first * row_len,
+        rows,
+        cols,
+        row_stride: row_len,
+        col_stride: 1,
+    }
+}
+
 /// The transpose of row-major `rows × cols` `data`, as a `cols × rows` view.
 fn transposed(data: &[f32], rows: usize, cols: usize) -> View<'_> {
     contiguous(data, rows, cols).t()
@@ -338,12 +415,16 @@ impl CustomOp1 for Attention {
             .map(|(bi, kv)| {
                 let pair = self.pair(bi, kv, qkv);
                 let mut stacked = vec![0f32; n_rep * l * d];
-                strided::product(
-                    &mut stacked,
-                    contiguous(&pair.probs, n_rep * l, l),
-                    self.values(qkv, bi, kv),
-                    1.0,
-                );
+                for (row0, n, e) in self.query_blocks(bi) {
+                    strided::product_into(
+                        &mut stacked,
+                        (row0 * d, d),
+                        block_of(&pair.probs, row0, n, e, l),
+                        self.values_to(qkv, bi, kv, e),
+                        1.0,
+                        false,
+                    );
+                }
                 stacked
             })
             .collect();
@@ -386,19 +467,38 @@ impl Attention {
                     mut probs,
                 } = self.pair(bi, kv, qkv);
                 let grad_out = self.gather_heads(grad, bi, kv);
-                // dV = Pᵀ dO over the stacked heads.
+                let blocks = self.query_blocks(bi);
+                // dV = Pᵀ dO over the stacked heads, block by block.
                 let mut dv = vec![0f32; l * d];
-                strided::product(
-                    &mut dv,
-                    transposed(&probs, rows, l),
-                    contiguous(&grad_out, rows, d),
-                    1.0,
-                );
+                for &(row0, n, e) in &blocks {
+                    strided::product_into(
+                        &mut dv,
+                        (0, d),
+                        block_of(&probs, row0, n, e, l).t(),
+                        rows_of(&grad_out, row0, n, d),
+                        1.0,
+                        true,
+                    );
+                }
                 // dP = dO Vᵀ, then dS = scale · P ∘ (dP − Σ_j dP_j P_j), in place of P.
                 let mut dp = vec![0f32; rows * l];
-                let values_t = self.values(qkv, bi, kv).t();
-                strided::product(&mut dp, contiguous(&grad_out, rows, d), values_t, 1.0);
-                for (p_row, dp_row) in probs.chunks_exact_mut(l).zip(dp.chunks_exact(l)) {
+                for &(row0, n, e) in &blocks {
+                    strided::product_into(
+                        &mut dp,
+                        (row0 * l, l),
+                        rows_of(&grad_out, row0, n, d),
+                        self.values_to(qkv, bi, kv, e).t(),
+                        1.0,
+                        false,
+                    );
+                }
+                for (row_idx, (p_row, dp_row)) in probs
+                    .chunks_exact_mut(l)
+                    .zip(dp.chunks_exact(l))
+                    .enumerate()
+                {
+                    let e = self.block_extent(bi, row_idx % l);
+                    let (p_row, dp_row) = (&mut p_row[..e], &dp_row[..e]);
                     let dot: f32 = p_row.iter().zip(dp_row).map(|(&p, &x)| p * x).sum();
                     for (p, &x) in p_row.iter_mut().zip(dp_row) {
                         *p = self.scale * *p * (x - dot);
@@ -407,19 +507,25 @@ impl Attention {
                 let ds = probs;
                 // dQ (rotated) = dS K, dK (rotated) = dSᵀ Q; then the transposed rotation.
                 let mut dq_rot = vec![0f32; rows * d];
-                strided::product(
-                    &mut dq_rot,
-                    contiguous(&ds, rows, l),
-                    contiguous(&keys, l, d),
-                    1.0,
-                );
                 let mut dk_rot = vec![0f32; l * d];
-                strided::product(
-                    &mut dk_rot,
-                    transposed(&ds, rows, l),
-                    contiguous(&queries, rows, d),
-                    1.0,
-                );
+                for &(row0, n, e) in &blocks {
+                    strided::product_into(
+                        &mut dq_rot,
+                        (row0 * d, d),
+                        block_of(&ds, row0, n, e, l),
+                        contiguous(&keys[..e * d], e, d),
+                        1.0,
+                        false,
+                    );
+                    strided::product_into(
+                        &mut dk_rot,
+                        (0, d),
+                        block_of(&ds, row0, n, e, l).t(),
+                        rows_of(&queries, row0, n, d),
+                        1.0,
+                        true,
+                    );
+                }
                 let mut dq = vec![0f32; rows * d];
                 for (r, block) in dq.chunks_exact_mut(l * d).enumerate() {
                     self.rope_rows(bi, &dq_rot, r * l * d, d, true, block);
@@ -714,9 +820,14 @@ mod tests {
     #[test]
     fn fused_attention_matches_the_composed_ops_forward_and_backward() {
         // Grouped heads (4 over 2) and plain ones (3 over 3); a row with padding; odd lengths;
-        // a single token.
-        for (b, l, h, n_kv, d, pad) in [(2, 7, 4, 2, 8, 3), (2, 5, 3, 3, 6, 1), (1, 1, 2, 1, 4, 0)]
-        {
+        // a single token; more queries than three blocks of the products, the last one short,
+        // with a whole block of padding.
+        for (b, l, h, n_kv, d, pad) in [
+            (2, 7, 4, 2, 8, 3),
+            (2, 5, 3, 3, 6, 1),
+            (1, 1, 2, 1, 4, 0),
+            (2, 3 * QUERY_BLOCK + 5, 4, 2, 8, QUERY_BLOCK + 6),
+        ] {
             let cos = Tensor::from_vec(values(b * l * d, 5), (b, 1, l, d), &Device::Cpu).unwrap();
             let sin = Tensor::from_vec(values(b * l * d, 6), (b, 1, l, d), &Device::Cpu).unwrap();
             let allowed = mask(b, l, pad);

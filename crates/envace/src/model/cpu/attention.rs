@@ -100,7 +100,7 @@ struct Tables {
 
 /// Query rows per block of the attention's products: each block runs over the keys up to the
 /// largest extent among its queries.
-const QUERY_BLOCK: usize = 64;
+const QUERY_BLOCK: usize = 32;
 
 /// Attention over the packed projections `qkv: (b, l, (n_heads + 2 · n_kv_heads) · d)` (each
 /// token's queries, then keys, then values, as one linear layer over the stacked weights

@@ -105,35 +105,7 @@ impl CustomOp2 for Linear {
             let (g_s, g_l) = grad.storage_and_layout();
             let (xs, ws) = (cpu_f32s(&x_s, x_l, WHAT)?, cpu_f32s(&w_s, w_l, WHAT)?);
             let gs = cpu_f32s(&g_s, g_l, WHAT)?;
-            // dx = grad · w: (m, n) by (n, k).
-            let d_x = product(
-                (m, k, n),
-                Operand {
-                    data: gs,
-                    rs: n,
-                    cs: 1,
-                },
-                Operand {
-                    data: ws,
-                    rs: k,
-                    cs: 1,
-                },
-            );
-            // dw = gradᵀ · x: (n, m) by (m, k), gradᵀ read out of `grad` through its strides.
-            let d_w = product(
-                (n, k, m),
-                Operand {
-                    data: gs,
-                    rs: 1,
-                    cs: n,
-                },
-                Operand {
-                    data: xs,
-                    rs: k,
-                    cs: 1,
-                },
-            );
-            (d_x, d_w)
+            input_and_weight_grads(gs, xs, ws, (m, n, k))
         };
         Ok((
             Some(Tensor::from_vec(d_x, x.shape(), x.device())?),
@@ -154,6 +126,45 @@ impl Operand<'_> {
     fn holds(&self, rows: usize, cols: usize) -> bool {
         rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
     }
+}
+
+/// The two gradients of `x · wᵀ` for `x: (m, k)`, `w: (n, k)` and the output's gradient
+/// `grad: (m, n)`: `grad · w` for `x` and `gradᵀ · x` for `w`.
+pub(super) fn input_and_weight_grads(
+    grad: &[f32],
+    x: &[f32],
+    w: &[f32],
+    (m, n, k): (usize, usize, usize),
+) -> (Vec<f32>, Vec<f32>) {
+    // dx = grad · w: (m, n) by (n, k).
+    let d_x = product(
+        (m, k, n),
+        Operand {
+            data: grad,
+            rs: n,
+            cs: 1,
+        },
+        Operand {
+            data: w,
+            rs: k,
+            cs: 1,
+        },
+    );
+    // dw = gradᵀ · x: (n, m) by (m, k), gradᵀ read out of `grad` through its strides.
+    let d_w = product(
+        (n, k, m),
+        Operand {
+            data: grad,
+            rs: 1,
+            cs: n,
+        },
+        Operand {
+            data: x,
+            rs: k,
+            cs: 1,
+        },
+    );
+    (d_x, d_w)
 }
 
 /// The row-major `(m, n)` product of `lhs: (m, k)` and `rhs: (k, n)`, on rayon's pool, in a

@@ -43,47 +43,12 @@ impl View<'_> {
 /// # Panics
 /// When the shapes disagree or a view reaches past its buffer (a caller's bug, never data).
 pub(crate) fn product(out: &mut [f32], lhs: View<'_>, rhs: View<'_>, scale: f32) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    assert_eq!(rhs.rows, k, "strided product: inner dimensions differ");
-    assert_eq!(out.len(), m * n, "strided product: the output is not m × n");
-    assert!(
-        lhs.end() <= lhs.data.len() && rhs.end() <= rhs.data.len(),
-        "strided product: a view reaches past its buffer"
+    assert_eq!(
+        out.len(),
+        lhs.rows * rhs.cols,
+        "strided product: the output is not m × n"
     );
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        out.fill(0.0);
-        return;
-    }
-    // SAFETY: `out` is (m, n) row-major (column stride 1, row stride n) and exactly m·n long;
-    // every element of `lhs` (m × k) and `rhs` (k × n) the strides reach lies below `end()`,
-    // which is within its slice (asserted above); the pointers are not written through except
-    // `out`, which nothing else borrows.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.data.as_ptr().add(lhs.offset),
-            lhs.col_stride as isize,
-            lhs.row_stride as isize,
-            rhs.data.as_ptr().add(rhs.offset),
-            rhs.col_stride as isize,
-            rhs.row_stride as isize,
-            0.0,
-            scale,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+    product_into(out, (0, rhs.cols), lhs, rhs, scale, false);
 }
 
 /// [`product`] into a block of a larger row-major buffer: the `lhs.rows × rhs.cols` result

@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use std::sync::Mutex;
 
-use super::linear::{Operand, product};
+use super::linear::{Operand, input_and_weight_grads, product};
 use super::quant::exp_shifted_f32;
 use super::{
     CHUNK, SIGMOID_BLOCK, cpu_f32s, f32s, for_rows, last_dim, min_rows, sigmoids, silu_mul_into,
@@ -76,16 +76,10 @@ impl CustomOp2 for TokenStats {
         let z = f32s(s1, l1, self.name())?;
         let (n, v) = l1.shape().dims2()?;
         let targets = target_ids(s2, l2, v)?;
-        let mut out = vec![0f32; n * 3];
-        // Three outputs per row but `v` logits of work: tasks are sized by the logits.
-        out.par_chunks_mut(3)
-            .enumerate()
-            .with_min_len(min_rows(v))
-            .for_each_init(
-                || vec![0f32; v],
-                |e, (r, o)| stats_row(&z[r * v..(r + 1) * v], targets[r] as usize, e, o),
-            );
-        Ok((CpuStorage::F32(out), Shape::from((n, 3))))
+        Ok((
+            CpuStorage::F32(stats_rows(z, targets, v)),
+            Shape::from((n, 3)),
+        ))
     }
 
     fn bwd(
@@ -139,6 +133,20 @@ impl CustomOp3 for TokenStatsBackward {
         });
         Ok((CpuStorage::F32(out), Shape::from((n, v))))
     }
+}
+
+/// [`token_stats`] of the rows of `z` (`v` logits each) with their `targets`: `(n, 3)` values.
+fn stats_rows(z: &[f32], targets: &[u32], v: usize) -> Vec<f32> {
+    let mut out = vec![0f32; targets.len() * 3];
+    // Three outputs per row but `v` logits of work: tasks are sized by the logits.
+    out.par_chunks_mut(3)
+        .enumerate()
+        .with_min_len(min_rows(v))
+        .for_each_init(
+            || vec![0f32; v],
+            |e, (r, o)| stats_row(&z[r * v..(r + 1) * v], targets[r] as usize, e, o),
+        );
+    out
 }
 
 /// One row of [`token_stats`]: `out` gets the target's log-probability, the entropy and the
@@ -275,14 +283,7 @@ impl CustomOp3 for HeadStats {
         let ((n, h), (v, _)) = (l1.shape().dims2()?, l2.shape().dims2()?);
         let targets = target_ids(s3, l3, v)?;
         let z = head_logits(x, w, (n, v, h));
-        let mut out = vec![0f32; n * 3];
-        out.par_chunks_mut(3)
-            .enumerate()
-            .with_min_len(min_rows(v))
-            .for_each_init(
-                || vec![0f32; v],
-                |e, (r, o)| stats_row(&z[r * v..(r + 1) * v], targets[r] as usize, e, o),
-            );
+        let out = stats_rows(&z, targets, v);
         *self.logits.lock().map_err(|_| poisoned(self.name()))? = Some(z);
         Ok((CpuStorage::F32(out), Shape::from((n, 3))))
     }
@@ -324,32 +325,7 @@ impl CustomOp3 for HeadStats {
                 },
             );
         // dx = dz · w and dw = dzᵀ · x.
-        let d_x = product(
-            (n, h, v),
-            Operand {
-                data: &dz,
-                rs: v,
-                cs: 1,
-            },
-            Operand {
-                data: ws,
-                rs: h,
-                cs: 1,
-            },
-        );
-        let d_w = product(
-            (v, h, n),
-            Operand {
-                data: &dz,
-                rs: 1,
-                cs: v,
-            },
-            Operand {
-                data: xs,
-                rs: h,
-                cs: 1,
-            },
-        );
+        let (d_x, d_w) = input_and_weight_grads(&dz, xs, ws, (n, v, h));
         Ok((
             Some(Tensor::from_vec(d_x, (n, h), x.device())?),
             Some(Tensor::from_vec(d_w, (v, h), w.device())?),

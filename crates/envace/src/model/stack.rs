@@ -60,13 +60,12 @@ pub(crate) fn forward(x: &Tensor, layers: &[DecoderLayer], step: &Step) -> Resul
     let out = h.flatten_all()?.to_vec1::<f32>()?;
 
     // The chain of attaching nodes, from a single value that tracks nothing.
-    let n_weights: usize = layers.iter().map(|layer| layer.weights().len()).sum();
-    let slots: Slots = Arc::new(Mutex::new(vec![None; n_weights]));
+    let weights: Vec<Tensor> = layers.iter().flat_map(DecoderLayer::weights).collect();
+    let slots: Slots = Arc::new(Mutex::new(vec![None; weights.len()]));
     let mut link = Tensor::zeros(1, DType::F32, x.device())?;
-    let weights = layers.iter().flat_map(DecoderLayer::weights);
-    for (slot, weight) in weights.enumerate() {
+    for (slot, weight) in weights.iter().enumerate() {
         link = link.apply_op2(
-            &weight,
+            weight,
             Attach {
                 slots: slots.clone(),
                 slot,

@@ -92,10 +92,11 @@ struct Tables {
     cos: Vec<f32>,
     sin: Vec<f32>,
     allowed: Vec<u8>,
-    /// For each query `(b, i)`: one past the last key it may see (0 when it sees none). Keys
-    /// past it get no probability, so products over the keys stop there (a causal mask halves
-    /// the attention's work).
-    extent: Vec<usize>,
+    /// For each block of [`QUERY_BLOCK`] queries of each batch row (`b × ⌈l / QUERY_BLOCK⌉`):
+    /// one past the last key any of them may see (0 when they see none). Keys past it get no
+    /// probability, so the block's products stop there (a causal mask about halves the
+    /// attention's work).
+    block_extent: Vec<usize>,
 }
 
 /// Query rows per block of the attention's products: each block runs over the keys up to the
@@ -158,15 +159,21 @@ impl Attention {
             bail!("{NAME}: the scale must be finite and non-zero, got {scale}")
         }
         let allowed = allowed.flatten_all()?.to_vec1::<u8>()?;
-        let extent = allowed
-            .chunks(len.max(1))
-            .map(|row| row.iter().rposition(|&a| a != 0).map_or(0, |j| j + 1))
+        let block_extent = allowed
+            .chunks((len * len).max(1))
+            .flat_map(|mask| {
+                mask.chunks((QUERY_BLOCK * len).max(1)).map(|block| {
+                    let last_seen = |row: &[u8]| row.iter().rposition(|&a| a != 0);
+                    let last = block.chunks(len.max(1)).filter_map(last_seen).max();
+                    last.map_or(0, |j| j + 1)
+                })
+            })
             .collect();
         let tables = Tables {
             cos: cos.flatten_all()?.to_vec1::<f32>()?,
             sin: sin.flatten_all()?.to_vec1::<f32>()?,
             allowed,
-            extent,
+            block_extent,
         };
         Ok(Attention {
             geometry,
@@ -284,14 +291,8 @@ impl Attention {
 
     /// The key extent of the query block holding query `i` of batch row `bi`.
     fn block_extent(&self, bi: usize, i: usize) -> usize {
-        let l = self.geometry.len;
-        let start = i / QUERY_BLOCK * QUERY_BLOCK;
-        let end = (start + QUERY_BLOCK).min(l);
-        self.tables.extent[bi * l + start..bi * l + end]
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0)
+        let blocks = self.geometry.len.div_ceil(QUERY_BLOCK);
+        self.tables.block_extent[bi * blocks + i / QUERY_BLOCK]
     }
 
     /// The values of pair `(bi, kv)` up to key `e`.
@@ -375,11 +376,7 @@ fn contiguous(data: &[f32], rows: usize, cols: usize) -> View<'_> {
 
 /// Rows `first..first + rows` of row-major `data` with `cols` columns, as a view.
 fn rows_of(data: &[f32], first: usize, rows: usize, cols: usize) -> View<'_> {
-    View {
-        offset: first * cols,
-        rows,
-        ..contiguous(data, rows, cols)
-    }
+    block_of(data, first, rows, cols, cols)
 }
 
 /// Columns `..cols` of rows `first..first + rows` of row-major `data` whose rows are

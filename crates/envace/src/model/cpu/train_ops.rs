@@ -119,17 +119,13 @@ impl CustomOp3 for TokenStatsBackward {
         let z = f32s(s2, l2, self.name())?;
         let (n, v) = l2.shape().dims2()?;
         let targets = target_ids(s3, l3, v)?;
-        let mut out = vec![0f32; n * v];
-        for_rows(&mut out, v, |r, row| {
-            let grads = std::array::from_fn(|k| packed[r * 6 + k]);
-            let stats = std::array::from_fn(|k| packed[r * 6 + 3 + k]);
-            logits_grad_row(
-                &z[r * v..(r + 1) * v],
-                targets[r] as usize,
-                grads,
-                stats,
-                row,
-            );
+        // The logits, turned into their gradient in place.
+        let mut out = z.to_vec();
+        logits_grads_in_place(&mut out, v, targets, |r| {
+            (
+                std::array::from_fn(|k| packed[r * 6 + k]),
+                std::array::from_fn(|k| packed[r * 6 + 3 + k]),
+            )
         });
         Ok((CpuStorage::F32(out), Shape::from((n, v))))
     }
@@ -169,41 +165,32 @@ fn stats_row(zs: &[f32], target: usize, e: &mut [f32], out: &mut [f32]) {
     out[2] = lse as f32;
 }
 
-/// One row of [`token_stats`]'s backward: the gradient `out` of the logits `zs` given the
-/// gradients of the row's three statistics and the statistics themselves. With p = softmax(z),
-/// log p_j = z_j − lse and H the entropy: d logp_t / d z_j = δ_jt − p_j,
-/// d H / d z_j = −p_j (log p_j + H), d lse / d z_j = p_j.
-fn logits_grad_row(
-    zs: &[f32],
-    target: usize,
-    [g_logp, g_entropy, g_lse]: [f32; 3],
-    [_, entropy, lse]: [f32; 3],
-    out: &mut [f32],
-) {
-    // p = e^(z − lse) into the row by the vector kernel, then scaled in place.
-    exp_shifted_f32(zs, lse, 1.0, out);
-    for (o, &zi) in out.iter_mut().zip(zs) {
-        let log_p = zi - lse;
-        *o *= g_lse - g_logp - g_entropy * (log_p + entropy);
-    }
-    out[target] += g_logp;
-}
-
-/// [`logits_grad_row`] with the logits `z` turned into their gradient in place; `p` is scratch
-/// of the row's length.
-fn logits_grad_row_in_place(
+/// [`token_stats`]'s backward over the rows of `z` (`v` logits each), in place: each row of
+/// logits becomes its gradient, given `row_stats(r)`: the gradients of row `r`'s three
+/// statistics and the statistics themselves. With p = softmax(z), log p_j = z_j − lse and H the
+/// entropy: d logp_t / d z_j = δ_jt − p_j, d H / d z_j = −p_j (log p_j + H), d lse / d z_j = p_j.
+fn logits_grads_in_place(
     z: &mut [f32],
-    target: usize,
-    [g_logp, g_entropy, g_lse]: [f32; 3],
-    [_, entropy, lse]: [f32; 3],
-    p: &mut [f32],
+    v: usize,
+    targets: &[u32],
+    row_stats: impl Fn(usize) -> ([f32; 3], [f32; 3]) + Sync,
 ) {
-    exp_shifted_f32(z, lse, 1.0, p);
-    for (zi, &pi) in z.iter_mut().zip(p.iter()) {
-        let log_p = *zi - lse;
-        *zi = pi * (g_lse - g_logp - g_entropy * (log_p + entropy));
-    }
-    z[target] += g_logp;
+    z.par_chunks_mut(v.max(1))
+        .enumerate()
+        .with_min_len(min_rows(v))
+        .for_each_init(
+            || vec![0f32; v],
+            |p, (r, row)| {
+                let ([g_logp, g_entropy, g_lse], [_, entropy, lse]) = row_stats(r);
+                // p = e^(z − lse) by the vector kernel, then the row scaled in place.
+                exp_shifted_f32(row, lse, 1.0, p);
+                for (zi, &pi) in row.iter_mut().zip(p.iter()) {
+                    let log_p = *zi - lse;
+                    *zi = pi * (g_lse - g_logp - g_entropy * (log_p + entropy));
+                }
+                row[targets[r] as usize] += g_logp;
+            },
+        );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,24 +293,18 @@ impl CustomOp3 for HeadStats {
         let (w_s, w_l) = w.storage_and_layout();
         let (xs, ws) = (cpu_f32s(&x_s, x_l, WHAT)?, cpu_f32s(&w_s, w_l, WHAT)?);
         // The forward's logits, or the same product again for a second backward.
+        if stats.len() != n * 3 || grads.len() != n * 3 || targets.len() != n {
+            bail!("{WHAT}: the statistics, their gradient or the targets do not have {n} rows")
+        }
+        // The forward's logits, or the same product again for a second backward; either way
+        // turned into their gradient in place.
         let kept = self.logits.lock().map_err(|_| poisoned(WHAT))?.take();
         let mut dz = match kept {
             Some(z) if z.len() == n * v => z,
             _ => head_logits(xs, ws, (n, v, h)),
         };
-        if stats.len() != n * 3 || grads.len() != n * 3 || targets.len() != n {
-            bail!("{WHAT}: the statistics, their gradient or the targets do not have {n} rows")
-        }
-        dz.par_chunks_mut(v.max(1))
-            .enumerate()
-            .with_min_len(min_rows(v))
-            .for_each_init(
-                || vec![0f32; v],
-                |p, (r, row)| {
-                    let at = |k: usize| std::array::from_fn(|i| [&grads, &stats][k][r * 3 + i]);
-                    logits_grad_row_in_place(row, targets[r] as usize, at(0), at(1), p);
-                },
-            );
+        let row3 = |values: &[f32], r: usize| std::array::from_fn(|i| values[r * 3 + i]);
+        logits_grads_in_place(&mut dz, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
         // dx = dz · w and dw = dzᵀ · x.
         let (d_x, d_w) = input_and_weight_grads(&dz, xs, ws, (n, v, h));
         Ok((

@@ -154,16 +154,12 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
                 .env("RAYON_NUM_THREADS", n_threads.to_string()),
             &format!("{} --only train", ours_bin.display()),
         )?);
-        let mut cfg = torch_cfg.clone();
-        if let Value::Object(map) = &mut cfg {
-            map.insert("n_threads".into(), json!(n_threads));
-        }
-        torch_runs.push(run_json(
-            Command::new(&venv)
-                .arg(&torch_script)
-                .arg(cfg.to_string())
-                .envs(simd.torch_env().iter().copied()),
-            "xtask/bench/torch_train.py",
+        torch_runs.push(peer_run(
+            &venv,
+            &torch_script,
+            &torch_cfg,
+            n_threads,
+            simd.torch_env(),
         )?);
     }
     let torch = best_run(&torch_runs)?;
@@ -316,29 +312,40 @@ fn peer_runs(
     n_threads: usize,
     envs: &[(&str, &str)],
 ) -> Result<Vec<Value>> {
-    let name = script.file_name().map_or_else(
-        || script.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
     let mut runs = Vec::new();
     for threads in [n_threads, 1] {
         if threads == 1 && n_threads == 1 && !runs.is_empty() {
             break;
         }
-        let mut cfg = cfg.clone();
-        if let Value::Object(map) = &mut cfg {
-            map.insert("n_threads".into(), json!(threads));
-        }
-        eprintln!("xtask: measuring {name} ({threads} threads)");
-        runs.push(run_json(
-            Command::new(python)
-                .arg(script)
-                .arg(cfg.to_string())
-                .envs(envs.iter().copied()),
-            &format!("xtask/bench/{name}"),
-        )?);
+        runs.push(peer_run(python, script, cfg, threads, envs)?);
     }
     Ok(runs)
+}
+
+/// One run of a peer script with `cfg` on `threads` threads: the JSON it printed.
+fn peer_run(
+    python: &Path,
+    script: &Path,
+    cfg: &Value,
+    threads: usize,
+    envs: &[(&str, &str)],
+) -> Result<Value> {
+    let name = script.file_name().map_or_else(
+        || script.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut cfg = cfg.clone();
+    if let Value::Object(map) = &mut cfg {
+        map.insert("n_threads".into(), json!(threads));
+    }
+    eprintln!("xtask: measuring {name} ({threads} threads)");
+    run_json(
+        Command::new(python)
+            .arg(script)
+            .arg(cfg.to_string())
+            .envs(envs.iter().copied()),
+        &format!("xtask/bench/{name}"),
+    )
 }
 
 /// The run with the most tokens per second.

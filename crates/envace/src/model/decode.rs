@@ -5,10 +5,12 @@
 //! copies, the rotary tables and masks rebuilt every step), each a dispatch, an allocation and,
 //! with two threads, a hand-over. Here a step is the arithmetic: per layer one parallel product
 //! for the query, key and value projections together, one for the output projection, one for
-//! gate and up together and one for down, attention in parallel over rows and heads, and the
-//! norms and rotary embedding as loops over the rows. [`super::Policy::generate`] runs the
-//! prompt through [`super::Policy::forward_cached`] and every later token here, when the model
-//! is f32 on the CPU; elsewhere (CUDA, other dtypes) it stays on candle.
+//! gate and up together and one for down, and one over rows and key/value heads in which each
+//! task norms and rotates its key, caches it and its value, and attends for the query heads
+//! that share them; the layer norms and the MLP's activation are loops over the rows.
+//! [`super::Policy::generate`] runs the prompt through [`super::Policy::forward_cached`] and
+//! every later token here, when the model is f32 on the CPU; elsewhere (CUDA, other dtypes) it
+//! stays on candle.
 
 use candle_core::{CpuStorage, DType, Storage, StorageRef, Tensor, TensorId};
 use rayon::prelude::*;
@@ -178,6 +180,14 @@ fn rope_in_place(head: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
+/// What one task of a decode step's attention reuses from task to task on its thread: a query
+/// head, normed and rotated, and the scores of [`attend_one`].
+#[derive(Default)]
+struct GroupScratch {
+    query: Vec<f32>,
+    scores: Vec<f32>,
+}
+
 impl Policy {
     /// One decode step: feeds `tokens` (one per row) after what `state` holds and writes the
     /// next-token logits into `logits`, `b × vocab` row-major, as [`Policy::forward_cached`]
@@ -284,67 +294,77 @@ impl Policy {
             x.copy_from_slice(&embed_w[start..start + h]);
         }
         let cap_d = state.capacity * d;
-        // A head's values before its query or key norm.
-        let mut raw = Vec::with_capacity(d);
         for (li, idx) in layer_idx.iter().enumerate() {
             rms_norm_rows(x, locked.get(idx.input_norm), eps, normed);
             let qkv_w = [locked.get(idx.q), locked.get(idx.k), locked.get(idx.v)];
             rows_times_weights(normed, b, h, &qkv_w, qkv);
-            for (row, values) in qkv.chunks_mut(qkv_width).enumerate() {
-                let (q, kv) = values.split_at_mut(q_dim);
-                let (k, v) = kv.split_at_mut(kv_dim);
+            // Per row and key/value head, in parallel once a task gets enough keys to be worth
+            // a hand-over: the head's key (normed and rotated) and value into the cache, then
+            // the attention of each query head that shares them, over the row's cache while it
+            // is still in this core's cache. `qkv` stays as the product wrote it: the query
+            // heads are normed and rotated in a copy.
+            let (keys, values) = (&mut state.keys[li], &mut state.values[li]);
+            let key_mask = &state.key_mask;
+            let qk_norm = idx.qk_norm.map(|(q, k)| (locked.get(q), locked.get(k)));
+            let group = |scratch: &mut GroupScratch,
+                         task: usize,
+                         (key_cache, value_cache, out): (&mut [f32], &mut [f32], &mut [f32])| {
+                let (row, kh) = (task / n_kv, task % n_kv);
+                let values_row = &qkv[row * qkv_width..(row + 1) * qkv_width];
                 let (c, s) = (
                     &cos[row * half..(row + 1) * half],
                     &sin[row * half..(row + 1) * half],
                 );
-                for (part, norm_w) in [
-                    (q, idx.qk_norm.map(|n| n.0)),
-                    (&mut *k, idx.qk_norm.map(|n| n.1)),
-                ] {
-                    for head in part.chunks_mut(d) {
-                        if let Some(norm_w) = norm_w {
-                            raw.clear();
-                            raw.extend_from_slice(head);
-                            rms_norm_rows(&raw, locked.get(norm_w), eps, head);
-                        }
-                        rope_in_place(head, c, s);
-                    }
+                let at = slot * d;
+                let key = &mut key_cache[at..at + d];
+                let raw_key = &values_row[q_dim + kh * d..q_dim + (kh + 1) * d];
+                match qk_norm {
+                    Some((_, k_norm)) => rms_norm_rows(raw_key, k_norm, eps, key),
+                    None => key.copy_from_slice(raw_key),
                 }
-                for kh in 0..n_kv {
-                    let at = (row * n_kv + kh) * cap_d + slot * d;
-                    state.keys[li][at..at + d].copy_from_slice(&k[kh * d..(kh + 1) * d]);
-                    state.values[li][at..at + d].copy_from_slice(&v[kh * d..(kh + 1) * d]);
-                }
-            }
-            // Attention of every (row, head) over the row's cache, in parallel once each task
-            // gets enough keys to be worth a hand-over.
-            attended.fill(0.0);
-            let (keys, values) = (&state.keys[li], &state.values[li]);
-            let attend = |scratch: &mut Vec<f32>, task: usize, out: &mut [f32]| {
-                let (row, head) = (task / n_heads, task % n_heads);
-                let base = (row * n_kv + head / n_rep) * cap_d;
+                rope_in_place(key, c, s);
+                let v_at = q_dim + kv_dim + kh * d;
+                value_cache[at..at + d].copy_from_slice(&values_row[v_at..v_at + d]);
                 let cached = KeysValues {
-                    k: &keys[base..base + t * d],
-                    v: &values[base..base + t * d],
+                    k: &key_cache[..t * d],
+                    v: &value_cache[..t * d],
                     k_stride: d,
                     v_stride: d,
                 };
-                let q = &qkv[row * qkv_width + head * d..row * qkv_width + (head + 1) * d];
-                attend_one(q, &cached, &state.key_mask[row][..t], scale, scratch, out);
+                for (r, out) in out.chunks_mut(d).enumerate() {
+                    let q_at = (kh * n_rep + r) * d;
+                    let q = &mut scratch.query;
+                    q.resize(d, 0.0);
+                    match qk_norm {
+                        Some((q_norm, _)) => {
+                            rms_norm_rows(&values_row[q_at..q_at + d], q_norm, eps, q)
+                        }
+                        None => q.copy_from_slice(&values_row[q_at..q_at + d]),
+                    }
+                    rope_in_place(q, c, s);
+                    out.fill(0.0);
+                    attend_one(q, &cached, &key_mask[row][..t], scale, &mut scratch.scores, out);
+                }
             };
-            let min_tasks = (16_384 / (t * d).max(1)).max(1);
-            if b * n_heads <= min_tasks {
-                let mut scratch = Vec::new();
-                attended
-                    .chunks_mut(d)
+            let min_tasks = (16_384 / (t * d * n_rep).max(1)).max(1);
+            if b * n_kv <= min_tasks {
+                let mut scratch = GroupScratch::default();
+                keys.chunks_mut(cap_d)
+                    .zip(values.chunks_mut(cap_d))
+                    .zip(attended.chunks_mut(n_rep * d))
+                    .map(|((k, v), o)| (k, v, o))
                     .enumerate()
-                    .for_each(|(task, out)| attend(&mut scratch, task, out));
+                    .for_each(|(task, parts)| group(&mut scratch, task, parts));
             } else {
-                attended
-                    .par_chunks_mut(d)
+                keys.par_chunks_mut(cap_d)
+                    .zip(values.par_chunks_mut(cap_d))
+                    .zip(attended.par_chunks_mut(n_rep * d))
+                    .map(|((k, v), o)| (k, v, o))
                     .enumerate()
                     .with_min_len(min_tasks)
-                    .for_each_init(Vec::new, |scratch, (task, out)| attend(scratch, task, out));
+                    .for_each_init(GroupScratch::default, |scratch, (task, parts)| {
+                        group(scratch, task, parts)
+                    });
             }
             rows_times_weights(attended, b, q_dim, &[locked.get(idx.o)], projected);
             x.iter_mut()

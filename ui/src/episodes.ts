@@ -175,6 +175,8 @@ export class EpisodeViewer {
   private episodes: EpisodeView[] = [];
   private run: number | null = null;
   private step: number | null = null;
+  /** Counts the pages asked for, so that only the latest choice's page is shown. */
+  private requested = 0;
 
   constructor(root: HTMLElement) {
     this.runSelect.addEventListener("change", () => void this.load(Number(this.runSelect.value), null));
@@ -205,7 +207,10 @@ export class EpisodeViewer {
   }
 
   private async load(run: number, step: number | null): Promise<void> {
+    const request = ++this.requested;
     const page = await commands.runEpisodes(run, step);
+    // A run or step chosen while this page was on its way wins, whichever answer comes last.
+    if (request !== this.requested) return;
     if (page.status === "error") {
       this.message.replaceChildren(errorBox(page.error));
       return;

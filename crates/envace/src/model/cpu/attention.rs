@@ -23,7 +23,7 @@ use rayon::prelude::*;
 use std::sync::Arc;
 
 use super::strided::{self, View};
-use super::train_ops::{masked_softmax_row, rms_norm_row, rms_norm_row_backward, rope_row};
+use super::train_ops::{dot, masked_softmax_row, rms_norm_row, rms_norm_row_backward, rope_row};
 use super::{cpu_f32s, f32s, for_rows, last_dim};
 
 /// Sizes of one attention call.
@@ -496,7 +496,7 @@ impl Attention {
                 {
                     let e = self.block_extent(bi, row_idx % l);
                     let (p_row, dp_row) = (&mut p_row[..e], &dp_row[..e]);
-                    let dot: f32 = p_row.iter().zip(dp_row).map(|(&p, &x)| p * x).sum();
+                    let dot = dot(p_row, dp_row);
                     for (p, &x) in p_row.iter_mut().zip(dp_row) {
                         *p = self.scale * *p * (x - dot);
                     }

@@ -148,15 +148,11 @@ fn stats_rows(z: &[f32], targets: &[u32], v: usize) -> Vec<f32> {
 /// One row of [`token_stats`]: `out` gets the target's log-probability, the entropy and the
 /// log-normaliser of the logits `zs`; `e` is scratch of the row's length.
 fn stats_row(zs: &[f32], target: usize, e: &mut [f32], out: &mut [f32]) {
-    let max = zs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = max_of(zs);
     // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation; the
     // exponentials by the vector kernel (the profile's largest scalar cost).
     let sum = exp_shifted_f32(zs, max, 1.0, e);
-    let weighted: f64 = e
-        .iter()
-        .zip(zs)
-        .map(|(&e, &zi)| f64::from(e) * f64::from(zi - max))
-        .sum();
+    let weighted = shifted_weighted_sum(e, zs, max);
     let log_sum = sum.ln();
     let lse = f64::from(max) + log_sum;
     out[0] = (f64::from(zs[target]) - lse) as f32;
@@ -412,26 +408,14 @@ impl CustomOp2 for MaskedSoftmax {
 /// `out = softmax(scale × xs)` over the keys `mask` allows (non-zero), 0 for the others; all
 /// zeros when it allows none. `scale` is finite and non-zero.
 pub(super) fn masked_softmax_row(xs: &[f32], mask: &[u8], scale: f32, out: &mut [f32]) {
-    let mut max = f32::NEG_INFINITY;
-    for (&x, &m) in xs.iter().zip(mask) {
-        if m != 0 {
-            max = max.max(x * scale);
-        }
-    }
+    let max = masked_max(xs, mask, scale);
     if max == f32::NEG_INFINITY {
         out.fill(0.0); // no key allowed: zeros
         return;
     }
     // e^(x·scale − max) for every key by the vector kernel, then masked keys to 0.
     exp_shifted_f32(xs, max / scale, scale, out);
-    let mut sum = 0f32;
-    for (o, &m) in out.iter_mut().zip(mask) {
-        if m == 0 {
-            *o = 0.0;
-        } else {
-            sum += *o;
-        }
-    }
+    let sum = zero_masked_and_sum(out, mask);
     let inv = 1.0 / sum;
     out.iter_mut().for_each(|o| *o *= inv);
 }
@@ -555,6 +539,90 @@ fn sum_squares(xs: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// Σ a·b over two slices of one length.
+pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = (ca.remainder().iter().zip(cb.remainder()))
+        .map(|(&x, &y)| x * y)
+        .sum();
+    let mut acc = [0f32; LANES];
+    for (xa, xb) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(xa).zip(xb) {
+            *s += x * y;
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// The largest value of `xs` (−∞ for none; a NaN only where every value is one).
+fn max_of(xs: &[f32]) -> f32 {
+    let chunks = xs.chunks_exact(LANES);
+    let tail = (chunks.remainder().iter().copied()).fold(f32::NEG_INFINITY, f32::max);
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a = a.max(x);
+        }
+    }
+    acc.into_iter().fold(tail, f32::max)
+}
+
+/// The largest `x · scale` over the `xs` that `mask` allows (non-zero), −∞ when it allows none.
+fn masked_max(xs: &[f32], mask: &[u8], scale: f32) -> f32 {
+    let (cx, cm) = (xs.chunks_exact(LANES), mask.chunks_exact(LANES));
+    let allowed = |x: f32, m: u8| if m != 0 { x * scale } else { f32::NEG_INFINITY };
+    let tail = (cx.remainder().iter().zip(cm.remainder()))
+        .map(|(&x, &m)| allowed(x, m))
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    for (xs, ms) in cx.zip(cm) {
+        for ((a, &x), &m) in acc.iter_mut().zip(xs).zip(ms) {
+            *a = a.max(allowed(x, m));
+        }
+    }
+    acc.into_iter().fold(tail, f32::max)
+}
+
+/// Sets the values of `out` that `mask` does not allow (zero) to 0 and returns the sum of the
+/// rest.
+fn zero_masked_and_sum(out: &mut [f32], mask: &[u8]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut blocks = out.chunks_exact_mut(LANES);
+    let mut masks = mask.chunks_exact(LANES);
+    for (os, ms) in (&mut blocks).zip(&mut masks) {
+        for ((a, o), &m) in acc.iter_mut().zip(os).zip(ms) {
+            if m == 0 {
+                *o = 0.0;
+            }
+            *a += *o;
+        }
+    }
+    let mut tail = 0f32;
+    for (o, &m) in blocks.into_remainder().iter_mut().zip(masks.remainder()) {
+        if m == 0 {
+            *o = 0.0;
+        }
+        tail += *o;
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Σ e·(z − shift) in f64, over `e` and `zs` of one length.
+fn shifted_weighted_sum(e: &[f32], zs: &[f32], shift: f32) -> f64 {
+    let term = |e: f32, z: f32| f64::from(e) * f64::from(z - shift);
+    let (ce, cz) = (e.chunks_exact(LANES), zs.chunks_exact(LANES));
+    let tail: f64 = (ce.remainder().iter().zip(cz.remainder()))
+        .map(|(&e, &z)| term(e, z))
+        .sum();
+    let mut acc = [0f64; LANES];
+    for (es, zs) in ce.zip(cz) {
+        for ((a, &e), &z) in acc.iter_mut().zip(es).zip(zs) {
+            *a += term(e, z);
+        }
+    }
+    acc.iter().sum::<f64>() + tail
 }
 
 /// Σ a·b·c over three slices of one length.
@@ -1120,6 +1188,67 @@ mod tests {
         let probs = masked_softmax(&scores, &allowed, 1.0).unwrap();
         let got: Vec<f32> = probs.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(got, vec![0.0, 0.0, 0.5, 0.5]);
+    }
+
+    /// The lane-by-lane reductions against one accumulator, for lengths below, at and past
+    /// a multiple of the lanes, with some keys masked (all of them in one case).
+    #[test]
+    fn the_lane_reductions_match_plain_loops() {
+        for n in [0, 1, 7, 8, 9, 16, 31, 100] {
+            let a: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.37)
+                .collect();
+            let b: Vec<f32> = (0..n)
+                .map(|i| ((i * 11 % 17) as f32 - 8.0) * 0.21)
+                .collect();
+            let mask: Vec<u8> = (0..n).map(|i| u8::from(i % 3 != 1)).collect();
+            let close = |x: f64, y: f64| (x - y).abs() <= 1e-5 * (1.0 + y.abs());
+            let plain_dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!(
+                close(f64::from(dot(&a, &b)), f64::from(plain_dot)),
+                "dot, {n}"
+            );
+            let plain_max = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_of(&a), plain_max, "max, {n}");
+            let mut plain_masked = f32::NEG_INFINITY;
+            for (&x, &m) in a.iter().zip(&mask) {
+                if m != 0 {
+                    plain_masked = plain_masked.max(x * 0.5);
+                }
+            }
+            assert_eq!(masked_max(&a, &mask, 0.5), plain_masked, "masked max, {n}");
+            assert_eq!(
+                masked_max(&a, &vec![0; n], 0.5),
+                f32::NEG_INFINITY,
+                "nothing allowed, {n}"
+            );
+            let mut zeroed = b.clone();
+            let sum = zero_masked_and_sum(&mut zeroed, &mask);
+            let plain: Vec<f32> = b
+                .iter()
+                .zip(&mask)
+                .map(|(&x, &m)| if m == 0 { 0.0 } else { x })
+                .collect();
+            assert_eq!(zeroed, plain, "zeroed, {n}");
+            assert!(
+                close(f64::from(sum), f64::from(plain.iter().sum::<f32>())),
+                "sum, {n}"
+            );
+            let weighted: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(&e, &z)| f64::from(e) * f64::from(z - 0.25))
+                .sum();
+            assert!(
+                close(shifted_weighted_sum(&a, &b, 0.25), weighted),
+                "weighted, {n}"
+            );
+        }
+        // A NaN among numbers is skipped, as `f32::max` skips it.
+        let mut with_nan = vec![1.0f32; 20];
+        with_nan[3] = f32::NAN;
+        with_nan[12] = 4.0;
+        assert_eq!(max_of(&with_nan), 4.0);
     }
 
     #[test]

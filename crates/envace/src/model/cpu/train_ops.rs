@@ -445,7 +445,7 @@ impl CustomOp2 for SoftmaxBackward {
         for_rows(&mut out, n, |r, row| {
             let (gs, ys) = (&g[r * n..(r + 1) * n], &y[r * n..(r + 1) * n]);
             // y = p: d s_i = scale × p_i × (g_i − Σ_j g_j p_j); masked keys have p = 0.
-            let dot: f32 = gs.iter().zip(ys).map(|(&gi, &pi)| gi * pi).sum();
+            let dot = dot(gs, ys);
             for ((o, &gi), &pi) in row.iter_mut().zip(gs).zip(ys) {
                 *o = self.scale * pi * (gi - dot);
             }

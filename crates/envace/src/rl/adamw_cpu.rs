@@ -6,6 +6,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, bail};
 use rayon::prelude::*;
 
+use crate::model::cpu::train_ops::sum_squares_f64;
 use crate::model::cpu::{applies, f32s};
 
 // ---------------------------------------------------------------------------------------------
@@ -181,23 +182,6 @@ impl CustomOp1 for SumSquares {
         let total: f64 = g.par_chunks(OPT_CHUNK).map(sum_squares_f64).sum();
         Ok((CpuStorage::F64(vec![total]), Shape::from(())))
     }
-}
-
-/// Lanes of [`sum_squares_f64`]: separate accumulators, so that the compiler can vectorise the
-/// sum instead of waiting on one chain of dependent adds.
-const LANES: usize = 8;
-
-/// Σ x² of one chunk of gradients, each square rounded to f32 and summed in f64.
-fn sum_squares_f64(xs: &[f32]) -> f64 {
-    let chunks = xs.chunks_exact(LANES);
-    let tail: f64 = chunks.remainder().iter().map(|&x| f64::from(x * x)).sum();
-    let mut acc = [0f64; LANES];
-    for chunk in chunks {
-        for (a, &x) in acc.iter_mut().zip(chunk) {
-            *a += f64::from(x * x);
-        }
-    }
-    acc.iter().sum::<f64>() + tail
 }
 
 #[cfg(test)]

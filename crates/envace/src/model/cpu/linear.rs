@@ -185,7 +185,7 @@ pub(super) fn product((m, n, k): (usize, usize, usize), lhs: Operand, rhs: Opera
     unsafe {
         gemm_block(
             out.as_mut_ptr(),
-            (m, n, k),
+            (n, k),
             &lhs,
             &rhs,
             (0..m, 0..n),
@@ -217,7 +217,12 @@ pub(super) fn product_split(
     lhs: Operand,
     rhs: Operand,
 ) -> Vec<f32> {
-    split_product((m, n, k), lhs, rhs, m > n && !gemm_runs_avx512())
+    split_product((m, n, k), lhs, rhs, splits_by_rows(m, n))
+}
+
+/// Whether [`product_split`] splits an `(m, n)` output by rows (else by columns).
+fn splits_by_rows(m: usize, n: usize) -> bool {
+    m > n && !gemm_runs_avx512()
 }
 
 /// [`product_split`] split by rows (`by_rows`) or by columns.
@@ -249,7 +254,7 @@ fn split_product(
         unsafe {
             gemm_block(
                 base.get(),
-                (m, n, k),
+                (n, k),
                 &lhs,
                 &rhs,
                 (rows, columns),
@@ -293,10 +298,11 @@ fn output((m, n, k): (usize, usize, usize), lhs: &Operand, rhs: &Operand) -> Opt
 ///
 /// Safety: `out` has room for all `m × n` elements, `rows` lies inside `0..m` and `columns`
 /// inside `0..n`, the operands hold their shapes ([`output`] checked them), and no other call
-/// writes this block at the same time.
+/// writes this block at the same time. Only the row length `n` and the depth `k` are passed:
+/// the block's ranges give the rest.
 unsafe fn gemm_block(
     out: *mut f32,
-    (_m, n, k): (usize, usize, usize),
+    (n, k): (usize, usize),
     lhs: &Operand,
     rhs: &Operand,
     (rows, columns): (std::ops::Range<usize>, std::ops::Range<usize>),
@@ -415,14 +421,12 @@ mod tests {
                         product((m, n, k), lhs(), rhs()),
                     )
                 });
-                assert_eq!(
-                    chosen,
-                    if m > n && !gemm_runs_avx512() {
-                        &by_rows
-                    } else {
-                        &by_columns
-                    }[..]
-                );
+                let expected = if splits_by_rows(m, n) {
+                    &by_rows
+                } else {
+                    &by_columns
+                };
+                assert_eq!(&chosen, expected, "({m}, {n}, {k}): the split chosen");
                 for (split, how) in [(&by_rows, "rows"), (&by_columns, "columns")] {
                     assert_eq!(split.len(), m * n);
                     for i in 0..m {

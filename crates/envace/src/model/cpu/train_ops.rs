@@ -524,8 +524,8 @@ fn inv_rms(xs: &[f32], eps: f32) -> f32 {
     1.0 / (mean_sq + eps).sqrt()
 }
 
-/// Lanes of the sums below: eight accumulators instead of one, so that the compiler can
-/// vectorise them (a single f32 accumulator is a chain of dependent adds).
+/// Lanes of the reductions below: eight accumulators instead of one, so that the compiler can
+/// vectorise them (a single accumulator is a chain of dependent adds).
 const LANES: usize = 8;
 
 /// Σ x².
@@ -539,6 +539,19 @@ fn sum_squares(xs: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// Σ x² with each square rounded to f32 and summed in f64 (the gradient norm's chunks).
+pub(crate) fn sum_squares_f64(xs: &[f32]) -> f64 {
+    let chunks = xs.chunks_exact(LANES);
+    let tail: f64 = chunks.remainder().iter().map(|&x| f64::from(x * x)).sum();
+    let mut acc = [0f64; LANES];
+    for chunk in chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a += f64::from(x * x);
+        }
+    }
+    acc.iter().sum::<f64>() + tail
 }
 
 /// Σ a·b over two slices of one length.
@@ -1208,6 +1221,8 @@ mod tests {
                 close(f64::from(dot(&a, &b)), f64::from(plain_dot)),
                 "dot, {n}"
             );
+            let plain_squares: f64 = a.iter().map(|&x| f64::from(x * x)).sum();
+            assert!(close(sum_squares_f64(&a), plain_squares), "squares, {n}");
             let plain_max = a.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!(max_of(&a), plain_max, "max, {n}");
             let mut plain_masked = f32::NEG_INFINITY;

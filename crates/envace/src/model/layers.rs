@@ -8,7 +8,7 @@
 //! `ops::softmax`. The generation flavour runs on detached weights and uses candle's fused
 //! kernels (`ops::rms_norm`, `rotary_emb::rope`, `softmax_last_dim`).
 
-use candle_core::{D, Result, Tensor};
+use candle_core::{D, Device, Result, Tensor};
 
 use super::cpu::{self, decode_ops, train_ops};
 
@@ -138,6 +138,27 @@ impl LayerKv {
             None => Ok(None),
             Some((k, v)) => Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?))),
         }
+    }
+
+    /// The device of the buffers; `None` before the first append.
+    pub(crate) fn device(&self) -> Option<Device> {
+        self.buffers.as_ref().map(|(k, _)| k.device().clone())
+    }
+
+    /// A cache of the rows `index: (n,)` u32 names (in that order, repeats allowed), the
+    /// filled positions only, in buffers of its own.
+    pub(crate) fn select_rows(&self, index: &Tensor) -> Result<LayerKv> {
+        let buffers = match self.filled()? {
+            None => None,
+            Some((k, v)) => Some((
+                k.contiguous()?.index_select(index, 0)?,
+                v.contiguous()?.index_select(index, 0)?,
+            )),
+        };
+        Ok(LayerKv {
+            buffers,
+            len: self.len,
+        })
     }
 
     /// An independent copy (the buffers are written in place, so clones must not share them).

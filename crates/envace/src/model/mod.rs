@@ -650,6 +650,57 @@ impl KvCache {
             next_pos: self.next_pos.clone(),
         })
     }
+
+    /// The cache of a batch whose row `r` continues this cache's row `rows[r]` (a row may be
+    /// taken several times): its own copy of the keys, values, padding and positions.
+    fn select_rows(&self, rows: &[usize]) -> Result<KvCache> {
+        let context = "copying prompt rows of the KV cache";
+        if let Some(&bad) = rows.iter().find(|&&row| row >= self.batch_size()) {
+            return Err(Error::candle(
+                context,
+                candle_core::Error::Msg(format!(
+                    "row {bad} asked of a cache of {} rows",
+                    self.batch_size()
+                )),
+            ));
+        }
+        let device = self
+            .layers
+            .iter()
+            .find_map(LayerKv::device)
+            .unwrap_or(Device::Cpu);
+        let index: Vec<u32> = rows.iter().map(|&row| row as u32).collect();
+        let index =
+            Tensor::from_vec(index, rows.len(), &device).map_err(|e| Error::candle(context, e))?;
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| layer.select_rows(&index))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .map_err(|e| Error::candle(context, e))?;
+        Ok(KvCache {
+            layers,
+            key_mask: rows.iter().map(|&row| self.key_mask[row].clone()).collect(),
+            next_pos: rows.iter().map(|&row| self.next_pos[row]).collect(),
+        })
+    }
+}
+
+/// The distinct prompts of a batch in the order they first occur, and for each row the index
+/// of its prompt among them.
+fn distinct_prompts(prompts: &[Vec<u32>]) -> (Vec<Vec<u32>>, Vec<usize>) {
+    let mut first: HashMap<&[u32], usize> = HashMap::new();
+    let mut distinct = Vec::new();
+    let row_of = prompts
+        .iter()
+        .map(|prompt| {
+            *first.entry(prompt.as_slice()).or_insert_with(|| {
+                distinct.push(prompt.clone());
+                distinct.len() - 1
+            })
+        })
+        .collect();
+    (distinct, row_of)
 }
 
 /// Refuses an empty prompt (every generation path needs a last token to continue from).
@@ -1267,15 +1318,29 @@ impl Policy {
         let b = prompts.len();
         let mut out = vec![Generated::default(); b];
         let mut rngs: Vec<Rng> = (0..b as u64).map(|row| sampling.row_rng(row)).collect();
-        let (ids, mask) = left_pad(prompts, 0, &self.device)?;
+        // Rows with the same prompt (a GRPO group's completions) share one prompt pass: the
+        // distinct prompts run once, then their keys, values and last logits are copied out to
+        // every row that asked for them. Each row still samples from its own random stream.
+        let (distinct, row_of) = distinct_prompts(prompts);
+        let (ids, mask) = left_pad(&distinct, 0, &self.device)?;
         let mut cache = KvCache::new();
         let decoding = |e| Error::candle("decoding", e);
         let prompt_logits = self.forward_cached(&ids, Some(&mask), &mut cache)?;
         let vocab = prompt_logits.dim(1).map_err(decoding)?;
-        let mut logits = prompt_logits
+        let distinct_logits = prompt_logits
             .flatten_all()
             .and_then(|l| l.to_vec1::<f32>())
             .map_err(decoding)?;
+        let mut logits = if distinct.len() < b {
+            cache = cache.select_rows(&row_of)?;
+            row_of
+                .iter()
+                .flat_map(|&prompt| &distinct_logits[prompt * vocab..(prompt + 1) * vocab])
+                .copied()
+                .collect()
+        } else {
+            distinct_logits
+        };
         // On the CPU in f32 every later token goes through the plain-Rust step.
         let mut state = if decode::applies(self) {
             Some(decode::DecodeState::from_cache(self, &cache, max_new_tokens).map_err(decoding)?)

@@ -336,6 +336,61 @@ test_device!(
     left_padded_batch_matches_rows_alone_cuda
 );
 
+fn rows_sharing_a_prompt_match_rows_with_their_own(device: &Device) {
+    for arch in [Architecture::Qwen3, Architecture::Llama] {
+        let cfg = tiny(arch, false, false);
+        let vocab = cfg.vocab_size;
+        let policy = random_policy(cfg, device, DType::F32, 5);
+        let mut rng = Rng::new(31);
+        let [a, b, c] = [6, 3, 8].map(|n| tokens(&mut rng, n, vocab));
+        // As a GRPO step asks: several rows per prompt, the groups interleaved.
+        let shared = vec![a.clone(), b.clone(), a.clone(), c, a, b];
+        let n_new = 10;
+        let hot = Sampling {
+            temperature: 1.5,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 3,
+        };
+        let greedy = policy.generate_greedy(&shared, n_new, &[]).unwrap();
+        let sampled = policy.generate(&shared, n_new, &[], &hot).unwrap();
+        for (row, prompt) in shared.iter().enumerate() {
+            // Row `row` of a batch in which no prompt repeats, with the same random stream.
+            let mut own: Vec<Vec<u32>> = (0..row)
+                .map(|other| tokens(&mut rng, 2 + other, vocab))
+                .collect();
+            own.push(prompt.clone());
+            let alone = policy.generate_greedy(&own, n_new, &[]).unwrap();
+            assert_eq!(greedy[row], alone[row], "{arch:?} row {row}, greedy");
+            let alone = policy.generate(&own, n_new, &[], &hot).unwrap();
+            assert_eq!(
+                sampled[row].tokens, alone[row].tokens,
+                "{arch:?} row {row}, sampled"
+            );
+            for (got, want) in sampled[row].logprobs.iter().zip(&alone[row].logprobs) {
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "{arch:?} row {row}: log-probability {got} against {want}"
+                );
+            }
+        }
+        // The rows of one prompt drew from their own streams, not one shared sample.
+        assert_ne!(
+            sampled[0].tokens, sampled[2].tokens,
+            "{arch:?}: two rows of one prompt sampled the same tokens"
+        );
+        assert_ne!(
+            greedy[0], greedy[1],
+            "{arch:?}: two prompts gave the same tokens"
+        );
+    }
+}
+test_device!(
+    rows_sharing_a_prompt_match_rows_with_their_own,
+    rows_sharing_a_prompt_match_rows_with_their_own_cpu,
+    rows_sharing_a_prompt_match_rows_with_their_own_cuda
+);
+
 fn sampling_reports_the_policy_logprobs(device: &Device) {
     for arch in [Architecture::Qwen3, Architecture::Llama] {
         let cfg = tiny(arch, false, false);

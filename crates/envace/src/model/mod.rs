@@ -1141,9 +1141,17 @@ impl Policy {
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let positions = train_positions(&mask, l);
-        self.run(Mode::Train, input_ids, positions, mask, 0, None, rows)
-            .and_then(|x| self.head(&x))
-            .map_err(|e| Error::candle(&context, e))
+        self.run(
+            Mode::Train,
+            input_ids,
+            positions,
+            Visible::Causal(mask),
+            0,
+            None,
+            rows,
+        )
+        .and_then(|x| self.head(&x))
+        .map_err(|e| Error::candle(&context, e))
     }
 
     /// The vocabulary head over final hidden states (the final norm applied).
@@ -1169,19 +1177,78 @@ impl Policy {
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let positions = train_positions(&mask, l);
-        let run = || -> candle_core::Result<(Tensor, Tensor)> {
-            let x = self.run(Mode::Train, input_ids, positions, mask, 0, None, rows)?;
-            let x = x.reshape(((), self.cfg.hidden_size))?;
-            if cpu::applies(&x) && cpu::applies(&self.lm_head) {
-                let stats = cpu::train_ops::head_token_stats(&x, &self.lm_head, targets)?;
-                let column = |k: usize| stats.narrow(1, k, 1)?.squeeze(1)?.contiguous();
-                return Ok((column(0)?, column(1)?));
-            }
-            let logits = self.head(&x)?.to_dtype(DType::F32)?.unsqueeze(0)?;
-            let (logp, entropy) = target_logprobs_and_entropy(&logits, &targets.unsqueeze(0)?)?;
-            Ok((logp.squeeze(0)?, entropy.squeeze(0)?))
-        };
-        run().map_err(|e| Error::candle(&context, e))
+        self.token_stats(input_ids, positions, Visible::Causal(mask), rows, targets)
+            .map_err(|e| Error::candle(&context, e))
+    }
+
+    /// [`Policy::train_token_stats`] over rows the caller laid out: `positions` (`b × l`)
+    /// gives each token's position (its rotary angle) and `allowed` (`b × l × l`, row-major)
+    /// which keys each query attends to, 1 where query `i` of a row sees key `j`. Every query
+    /// must see itself. One row can hold several sequences that begin with the same tokens,
+    /// the shared tokens once: each sequence's own tokens see the shared ones and the own ones
+    /// before them, at the positions they have in the sequence.
+    pub fn train_token_stats_laid_out(
+        &self,
+        input_ids: &Tensor,
+        positions: Vec<u32>,
+        allowed: Vec<u8>,
+        rows: &Tensor,
+        targets: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let context = format!("{:?} training token statistics", self.cfg.architecture);
+        let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
+        if positions.len() != b * l || allowed.len() != b * l * l {
+            return Err(Error::candle(
+                &context,
+                candle_core::Error::Msg(format!(
+                    "the input is ({b}, {l}), so {} positions and {} mask entries are needed; \
+                     got {} and {}",
+                    b * l,
+                    b * l * l,
+                    positions.len(),
+                    allowed.len()
+                )),
+            ));
+        }
+        if let Some(query) = (0..b * l).find(|&q| allowed[q * l + q % l] == 0) {
+            return Err(Error::candle(
+                &context,
+                candle_core::Error::Msg(format!(
+                    "query {} of row {} does not see itself",
+                    query % l,
+                    query / l
+                )),
+            ));
+        }
+        self.token_stats(
+            input_ids,
+            positions,
+            Visible::Given(allowed),
+            Some(rows),
+            targets,
+        )
+        .map_err(|e| Error::candle(&context, e))
+    }
+
+    /// The body of [`Policy::train_token_stats`] and [`Policy::train_token_stats_laid_out`].
+    fn token_stats(
+        &self,
+        input_ids: &Tensor,
+        positions: Vec<u32>,
+        visible: Visible,
+        rows: Option<&Tensor>,
+        targets: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let x = self.run(Mode::Train, input_ids, positions, visible, 0, None, rows)?;
+        let x = x.reshape(((), self.cfg.hidden_size))?;
+        if cpu::applies(&x) && cpu::applies(&self.lm_head) {
+            let stats = cpu::train_ops::head_token_stats(&x, &self.lm_head, targets)?;
+            let column = |k: usize| stats.narrow(1, k, 1)?.squeeze(1)?.contiguous();
+            return Ok((column(0)?, column(1)?));
+        }
+        let logits = self.head(&x)?.to_dtype(DType::F32)?.unsqueeze(0)?;
+        let (logp, entropy) = target_logprobs_and_entropy(&logits, &targets.unsqueeze(0)?)?;
+        Ok((logp.squeeze(0)?, entropy.squeeze(0)?))
     }
 
     /// Generation step: runs `input_ids: (b, l)` after whatever `cache` holds and returns the
@@ -1224,7 +1291,7 @@ impl Policy {
             Mode::Generate,
             input_ids,
             positions,
-            key_mask,
+            Visible::Causal(key_mask),
             past,
             Some(&mut cache.layers),
             None,
@@ -1397,13 +1464,13 @@ impl Policy {
         mode: Mode,
         input_ids: &Tensor,
         positions: Vec<u32>,
-        key_mask: Vec<u8>,
+        visible: Visible,
         past: usize,
         cache: Option<&mut Vec<LayerKv>>,
         rows: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
         let (b, l) = input_ids.dims2()?;
-        let step = self.step(mode, positions, key_mask, past, (b, l))?;
+        let step = self.step(mode, positions, visible, past, (b, l))?;
         let detached;
         let (embed, layers, norm) = match mode {
             Mode::Train => (self.embed.clone(), &self.layers, self.norm.clone()),
@@ -1453,7 +1520,7 @@ impl Policy {
         &self,
         mode: Mode,
         positions: Vec<u32>,
-        key_mask: Vec<u8>,
+        visible: Visible,
         past: usize,
         (b, l): (usize, usize),
     ) -> candle_core::Result<Step> {
@@ -1477,17 +1544,22 @@ impl Policy {
         let cos = angles.cos()?.to_dtype(self.dtype)?;
         let sin = angles.sin()?.to_dtype(self.dtype)?;
 
-        // Query i (absolute index past + i) sees real keys up to itself, and always itself, so
-        // that a padding query has a finite softmax.
-        let t = past + l;
-        let key_real = Tensor::from_vec(key_mask, (b, 1, 1, t), dev)?;
-        let key_idx = Tensor::arange(0u32, t as u32, dev)?.reshape((1, t))?;
-        let query_idx = Tensor::arange(past as u32, t as u32, dev)?.reshape((l, 1))?;
-        let causal = key_idx.broadcast_le(&query_idx)?;
-        let itself = key_idx.broadcast_eq(&query_idx)?;
-        let allowed = causal
-            .broadcast_mul(&key_real)?
-            .broadcast_maximum(&itself)?;
+        let allowed = match visible {
+            // Query i (absolute index past + i) sees real keys up to itself, and always
+            // itself, so that a padding query has a finite softmax.
+            Visible::Causal(key_mask) => {
+                let t = past + l;
+                let key_real = Tensor::from_vec(key_mask, (b, 1, 1, t), dev)?;
+                let key_idx = Tensor::arange(0u32, t as u32, dev)?.reshape((1, t))?;
+                let query_idx = Tensor::arange(past as u32, t as u32, dev)?.reshape((l, 1))?;
+                let causal = key_idx.broadcast_le(&query_idx)?;
+                let itself = key_idx.broadcast_eq(&query_idx)?;
+                causal
+                    .broadcast_mul(&key_real)?
+                    .broadcast_maximum(&itself)?
+            }
+            Visible::Given(allowed) => Tensor::from_vec(allowed, (b, 1, l, l), dev)?,
+        };
         let decode_allowed = if mode == Mode::Generate && l == 1 && dev.is_cpu() {
             Some(allowed.flatten_all()?.to_vec1::<u8>()?)
         } else {
@@ -1522,6 +1594,14 @@ pub fn target_logprobs_and_entropy(
     let picked = logp.gather(&targets.unsqueeze(2)?, 2)?.squeeze(2)?;
     let entropy = (logp.exp()? * &logp)?.sum(candle_core::D::Minus1)?.neg()?;
     Ok((picked, entropy))
+}
+
+/// Which keys each query of a forward attends to.
+enum Visible {
+    /// The real keys (`b × (past + l)`, 1 = real) up to the query itself, and always itself.
+    Causal(Vec<u8>),
+    /// Exactly those marked in `b × l × l` (query-major), for a forward with no cache.
+    Given(Vec<u8>),
 }
 
 /// The position of each of the `b × l` tokens of a training batch: the count of real tokens

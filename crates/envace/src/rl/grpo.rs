@@ -738,8 +738,10 @@ pub fn train(
         // Advantages, then the loss over micro-batches with accumulated gradients.
         let update_started = Instant::now();
         let mut items = items_of(&trained, &rl);
-        // Micro-batches of similar lengths pad less; the step's loss is their sum either way.
-        items.sort_by_key(|step_item| step_item.item.window_len(max_len));
+        // Items in the order of their tokens: a group's completions of one prompt sit together,
+        // so a micro-batch runs their shared prompt once (`rl::packing`); the step's loss is
+        // the sum over micro-batches either way.
+        items.sort_by_cached_key(|step_item| step_item.item.window(max_len).0.into_owned());
         let refs: Vec<&TrainItem> = items.iter().map(|step_item| &step_item.item).collect();
         let total: usize = refs
             .iter()

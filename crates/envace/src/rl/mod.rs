@@ -7,6 +7,7 @@ mod adamw_cpu;
 pub mod evaluation;
 pub mod grpo;
 pub mod hooks;
+mod packing;
 pub mod session;
 pub mod sft;
 
@@ -243,12 +244,63 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
         .flatten_all()
         .and_then(|t| t.index_select(rows, 0))
         .map_err(fail)?;
-    let (logp, entropy) =
-        policy.train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &targets)?;
+    let (logp, entropy) = match packed(policy, batch).map_err(fail)? {
+        // Rows that share their first tokens run once through them (`packing`).
+        Some((packed, packed_rows)) => {
+            let input =
+                Tensor::from_vec(packed.input, (packed.n_rows, packed.width), policy.device())
+                    .map_err(fail)?;
+            policy.train_token_stats_laid_out(
+                &input,
+                packed.positions,
+                packed.allowed,
+                &packed_rows,
+                &targets,
+            )?
+        }
+        None => {
+            policy.train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &targets)?
+        }
+    };
     let spread = |values: Tensor| -> candle_core::Result<Tensor> {
         zeros()?.index_add(rows, &values, 0)?.reshape((b, l))
     };
     Ok((spread(logp).map_err(fail)?, spread(entropy).map_err(fail)?))
+}
+
+/// The batch's rows packed where they share their first tokens, with the packed flat index
+/// of each trained position; `None` where no packing saves work or the rows are not padded on
+/// the right.
+fn packed(
+    policy: &Policy,
+    batch: &PaddedBatch,
+) -> candle_core::Result<Option<(packing::Packed, Tensor)>> {
+    let (b, l) = batch.input.dims2()?;
+    if b < 2 {
+        return Ok(None);
+    }
+    let attention = batch.attention.flatten_all()?.to_vec1::<u8>()?;
+    let mut lens = Vec::with_capacity(b);
+    for row in attention.chunks(l.max(1)) {
+        let len = row.iter().take_while(|&&a| a != 0).count();
+        if row[len..].iter().any(|&a| a != 0) {
+            return Ok(None);
+        }
+        lens.push(len);
+    }
+    let input = batch.input.flatten_all()?.to_vec1::<u32>()?;
+    let cost = packing::PackCost::of(policy.config());
+    let Some(packed) = packing::pack_shared_prefixes(&input, &lens, l, cost) else {
+        return Ok(None);
+    };
+    let rows: Vec<u32> = batch
+        .trained_rows
+        .to_vec1::<u32>()?
+        .into_iter()
+        .map(|flat| packed.place[flat as usize])
+        .collect();
+    let rows = Tensor::from_vec(rows, batch.n_trained, policy.device())?;
+    Ok(Some((packed, rows)))
 }
 
 /// Adds `grads` of the policy's parameters into `total`.
@@ -476,6 +528,118 @@ impl AdamW {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows 0, 1 and 3 share a 12-token prompt, row 4 its first 8 tokens, row 2 nothing; the
+    /// trained positions include shared ones, which several rows then ask of one packed place.
+    #[test]
+    fn packed_rows_give_the_log_probabilities_and_gradients_of_rows_run_apart() {
+        let tiny = crate::config::TinyModelConfig {
+            hidden_size: 64,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            intermediate_size: 128,
+            vocab_size: 97,
+            ..crate::config::TinyModelConfig::default()
+        };
+        let cfg = crate::model::TransformerConfig::from_tiny(&tiny).unwrap();
+        let policy = Policy::init(cfg, 5, &Device::Cpu, DType::F32).unwrap();
+        let mut rng = crate::rng::Rng::new(9);
+        let mut draw =
+            |n: usize| -> Vec<u32> { (0..n).map(|_| 1 + (rng.uniform() * 95.0) as u32).collect() };
+        let prompt = draw(12);
+        let with = |shared: &[u32], own: Vec<u32>| [shared.to_vec(), own].concat();
+        let sequences = [
+            with(&prompt, draw(5)),
+            with(&prompt, draw(7)),
+            draw(9),
+            with(&prompt, draw(3)),
+            with(&prompt[..8], draw(6)),
+        ];
+        let (b, l) = (sequences.len(), 20);
+        let mut input = vec![0u32; b * l];
+        let mut targets = vec![0u32; b * l];
+        let mut attention = vec![0u8; b * l];
+        let mut trained = Vec::new();
+        for (row, seq) in sequences.iter().enumerate() {
+            for t in 0..seq.len() - 1 {
+                input[row * l + t] = seq[t];
+                targets[row * l + t] = seq[t + 1];
+                attention[row * l + t] = 1;
+                if t >= 6 {
+                    trained.push((row * l + t) as u32);
+                }
+            }
+        }
+        let n_trained = trained.len();
+        let dev = Device::Cpu;
+        let batch = PaddedBatch {
+            input: Tensor::from_vec(input, (b, l), &dev).unwrap(),
+            targets: Tensor::from_vec(targets, (b, l), &dev).unwrap(),
+            attention: Tensor::from_vec(attention, (b, l), &dev).unwrap(),
+            weight: Tensor::zeros((b, l), DType::F32, &dev).unwrap(),
+            advantage: Tensor::zeros((b, l), DType::F32, &dev).unwrap(),
+            n_trained,
+            trained_rows: Tensor::from_vec(trained, n_trained, &dev).unwrap(),
+        };
+        let (plan, _) = packed(&policy, &batch)
+            .unwrap()
+            .expect("the rows are packed");
+        assert!(
+            (2..=3).contains(&plan.n_rows),
+            "rows 0, 1 and 3 in one packed row (row 4 too if it pays), row 2 alone: {} rows",
+            plan.n_rows
+        );
+
+        // Packed (what `token_logprobs` runs) against the rows apart, gathered alike.
+        let rows = &batch.trained_rows;
+        let gather = |t: Tensor| t.flatten_all().unwrap().index_select(rows, 0).unwrap();
+        let (logp, entropy) = token_logprobs(&policy, &batch).unwrap();
+        let (logp, entropy) = (gather(logp), gather(entropy));
+        let chosen = gather(batch.targets.clone());
+        let (logp_apart, entropy_apart) = policy
+            .train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &chosen)
+            .unwrap();
+        let max_diff = |a: &Tensor, b: &Tensor| -> f32 {
+            (a - b)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap()
+        };
+        assert!(max_diff(&logp, &logp_apart) < 1e-5);
+        assert!(max_diff(&entropy, &entropy_apart) < 1e-5);
+
+        // The same gradient for every parameter from a loss weighting each entry differently.
+        let w1: Vec<f32> = (0..n_trained).map(|i| 0.5 + (i % 7) as f32 * 0.3).collect();
+        let w2: Vec<f32> = (0..n_trained).map(|i| 0.2 - (i % 5) as f32 * 0.1).collect();
+        let w1 = Tensor::from_vec(w1, n_trained, &dev).unwrap();
+        let w2 = Tensor::from_vec(w2, n_trained, &dev).unwrap();
+        let loss = |lp: &Tensor, ent: &Tensor| {
+            ((lp * &w1).unwrap().sum_all().unwrap() + (ent * &w2).unwrap().sum_all().unwrap())
+                .unwrap()
+        };
+        let packed_grads = loss(&logp, &entropy).backward().unwrap();
+        let apart_grads = loss(&logp_apart, &entropy_apart).backward().unwrap();
+        for (name, var) in policy.vars() {
+            let (got, want) = (
+                packed_grads.get(var.as_tensor()).unwrap(),
+                apart_grads.get(var.as_tensor()).unwrap(),
+            );
+            let scale = want
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let diff = max_diff(got, want);
+            assert!(diff <= 1e-4 * scale.max(1e-3), "{name}: {diff} of {scale}");
+        }
+    }
 
     #[test]
     fn schedule_warms_up_then_decays() {

@@ -422,7 +422,9 @@ pub fn grpo(root: &Path, simd: Simd) -> Result<()> {
                          x 4 completions of at most 64 tokens sampled at the same temperature, \
                          our rule judge's checklist as the reward, clipped-ratio loss with a KL \
                          term to a frozen reference over micro-batches of 8, one AdamW update \
-                         per step; the first step of each side is a warm-up",
+                         per step; the first step of each side is a warm-up. Ours runs each \
+                         prompt once for its group (one prompt pass in the rollout, one packed \
+                         row per group in the update); TRL repeats it per completion",
                 "ours": ours,
                 "trl": trl_summary,
             },

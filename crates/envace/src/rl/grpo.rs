@@ -51,7 +51,9 @@ use crate::tasks::GenTask;
 use super::evaluation::held_out_eval;
 use super::hooks::{Event, Flow, Hooks};
 use super::session::{Phase, Session};
-use super::{AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
+use super::{
+    AdamW, PaddedBatch, TrainItem, accumulate, learning_rate, pad_batch_packed, token_logprobs,
+};
 
 /// Advantages of `(group, role, reward)` rows: each row's reward minus the mean over its
 /// baseline set (same group and role, or same group when pooled), divided by that set's
@@ -767,7 +769,7 @@ pub fn train(
             let mut grads = None;
             let mut sums = Vec::with_capacity(refs.len());
             for micro in refs.chunks(rl.micro_batch_size.max(1) as usize) {
-                let batch = pad_batch(micro, max_len, &trained_roles, policy.device())?;
+                let batch = pad_batch_packed(micro, max_len, &trained_roles, policy)?;
                 let (loss, micro_sums) = micro_batch_loss(policy, &reference, &batch, &rl, total)?;
                 sums.extend(micro_sums);
                 if batch.n_trained > 0 {

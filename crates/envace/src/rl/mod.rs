@@ -174,15 +174,67 @@ pub struct PaddedBatch {
     pub n_trained: usize,
     /// The flat index (`row × l + position`) of each trained token, `(n_trained,)` u32.
     pub trained_rows: Tensor,
+    /// Where rows begin with the same tokens and [`pad_batch_packed`] found that running the
+    /// shared tokens once saves work: the layout that does, planned once with the batch.
+    shared: Option<SharedPrefixes>,
+}
+
+/// The rows of a [`PaddedBatch`] laid out to run their shared first tokens once (`packing`):
+/// what `Policy::train_token_stats_laid_out` takes, on the host where it is built.
+#[derive(Debug)]
+struct SharedPrefixes {
+    /// Packed token ids, `(n_rows, width)`.
+    input: Tensor,
+    /// Each packed token's position in its own sequence.
+    positions: Vec<u32>,
+    /// Which keys each packed query sees, `n_rows × width × width`.
+    allowed: Vec<u8>,
+    /// The packed flat index of each trained token, `(n_trained,)` u32.
+    trained_rows: Tensor,
+}
+
+impl PaddedBatch {
+    /// Packed rows the batch's rows run as, or `None` where they run as they are.
+    pub fn n_packed_rows(&self) -> Option<usize> {
+        self.shared
+            .as_ref()
+            .and_then(|shared| shared.input.dims().first().copied())
+    }
 }
 
 /// Builds the padded batch of `items`: a position is trained when its target token is
-/// sampled (`Act` or `Rehearse`) and the item's role is in `roles`.
+/// sampled (`Act` or `Rehearse`) and the item's role is in `roles`. Every row runs as it is;
+/// [`pad_batch_packed`] lets rows that begin alike share those tokens.
 pub fn pad_batch(
     items: &[&TrainItem],
     max_len: usize,
     roles: &[PolicyRole],
     device: &Device,
+) -> Result<PaddedBatch> {
+    pad(items, max_len, roles, device, None)
+}
+
+/// [`pad_batch`] for `policy`, with the layout that runs the first tokens that rows share
+/// once (a GRPO group's completions of one prompt) where `policy`'s sizes say that saves
+/// work; [`token_logprobs`] then runs that layout, for this policy and any other of its
+/// architecture (the reference model).
+pub fn pad_batch_packed(
+    items: &[&TrainItem],
+    max_len: usize,
+    roles: &[PolicyRole],
+    policy: &Policy,
+) -> Result<PaddedBatch> {
+    let cost = packing::PackCost::of(policy.config());
+    pad(items, max_len, roles, policy.device(), Some(cost))
+}
+
+/// The body of [`pad_batch`] and [`pad_batch_packed`].
+fn pad(
+    items: &[&TrainItem],
+    max_len: usize,
+    roles: &[PolicyRole],
+    device: &Device,
+    packing: Option<packing::PackCost>,
 ) -> Result<PaddedBatch> {
     let context = "training batch";
     let fail = |e: candle_core::Error| Error::candle(context, e);
@@ -199,9 +251,11 @@ pub fn pad_batch(
     let mut weight = vec![0f32; b * width];
     let mut advantage = vec![0f32; b * width];
     let mut trained_rows = Vec::new();
+    let mut lens = Vec::with_capacity(b);
     for (row, item) in items.iter().enumerate() {
         let (tokens, labels) = item.window(max_len);
         let trained_role = roles.contains(&item.role);
+        lens.push(tokens.len().saturating_sub(1));
         for pos in 0..tokens.len().saturating_sub(1) {
             let at = row * width + pos;
             input[at] = tokens[pos];
@@ -215,7 +269,14 @@ pub fn pad_batch(
         }
     }
     let n_trained = trained_rows.len();
+    let shared = match packing {
+        Some(cost) if b > 1 && n_trained > 0 => {
+            shared_prefixes(&input, &lens, width, &trained_rows, cost, device).map_err(fail)?
+        }
+        _ => None,
+    };
     Ok(PaddedBatch {
+        shared,
         input: Tensor::from_vec(input, (b, width), device).map_err(fail)?,
         targets: Tensor::from_vec(targets, (b, width), device).map_err(fail)?,
         attention: Tensor::from_vec(attention, (b, width), device).map_err(fail)?,
@@ -229,7 +290,8 @@ pub fn pad_batch(
 /// Log-probability `(b, l)` of each trained target token and the entropy `(b, l)` of the
 /// next-token distribution it is drawn from, through the differentiable forward; both are 0
 /// at the positions the batch does not train (`weight` 0), whose logits are never computed:
-/// the vocabulary head and its softmax run over the trained tokens only.
+/// the vocabulary head and its softmax run over the trained tokens only. Rows that the batch
+/// was planned to run sharing their first tokens ([`pad_batch_packed`]) run that way.
 pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, Tensor)> {
     let fail = |e: candle_core::Error| Error::candle("token log-probabilities", e);
     let (b, l) = batch.input.dims2().map_err(fail)?;
@@ -244,20 +306,15 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
         .flatten_all()
         .and_then(|t| t.index_select(rows, 0))
         .map_err(fail)?;
-    let (logp, entropy) = match packed(policy, batch).map_err(fail)? {
+    let (logp, entropy) = match &batch.shared {
         // Rows that share their first tokens run once through them (`packing`).
-        Some((packed, packed_rows)) => {
-            let input =
-                Tensor::from_vec(packed.input, (packed.n_rows, packed.width), policy.device())
-                    .map_err(fail)?;
-            policy.train_token_stats_laid_out(
-                &input,
-                packed.positions,
-                packed.allowed,
-                &packed_rows,
-                &targets,
-            )?
-        }
+        Some(shared) => policy.train_token_stats_laid_out(
+            &shared.input,
+            shared.positions.clone(),
+            shared.allowed.clone(),
+            &shared.trained_rows,
+            &targets,
+        )?,
         None => {
             policy.train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &targets)?
         }
@@ -268,39 +325,30 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
     Ok((spread(logp).map_err(fail)?, spread(entropy).map_err(fail)?))
 }
 
-/// The batch's rows packed where they share their first tokens, with the packed flat index
-/// of each trained position; `None` where no packing saves work or the rows are not padded on
-/// the right.
-fn packed(
-    policy: &Policy,
-    batch: &PaddedBatch,
-) -> candle_core::Result<Option<(packing::Packed, Tensor)>> {
-    let (b, l) = batch.input.dims2()?;
-    if b < 2 {
-        return Ok(None);
-    }
-    let attention = batch.attention.flatten_all()?.to_vec1::<u8>()?;
-    let mut lens = Vec::with_capacity(b);
-    for row in attention.chunks(l.max(1)) {
-        let len = row.iter().take_while(|&&a| a != 0).count();
-        if row[len..].iter().any(|&a| a != 0) {
-            return Ok(None);
-        }
-        lens.push(len);
-    }
-    let input = batch.input.flatten_all()?.to_vec1::<u32>()?;
-    let cost = packing::PackCost::of(policy.config());
-    let Some(packed) = packing::pack_shared_prefixes(&input, &lens, l, cost) else {
+/// The layout of a batch's rows (`input`, rows of `l`, row `r`'s tokens its first `lens[r]`)
+/// that runs their shared first tokens once, with the packed flat index of each of
+/// `trained_rows`; `None` where no packing saves work.
+fn shared_prefixes(
+    input: &[u32],
+    lens: &[usize],
+    l: usize,
+    trained_rows: &[u32],
+    cost: packing::PackCost,
+    device: &Device,
+) -> candle_core::Result<Option<SharedPrefixes>> {
+    let Some(packed) = packing::pack_shared_prefixes(input, lens, l, cost) else {
         return Ok(None);
     };
-    let rows: Vec<u32> = batch
-        .trained_rows
-        .to_vec1::<u32>()?
-        .into_iter()
-        .map(|flat| packed.place[flat as usize])
+    let rows: Vec<u32> = trained_rows
+        .iter()
+        .map(|&flat| packed.place[flat as usize])
         .collect();
-    let rows = Tensor::from_vec(rows, batch.n_trained, policy.device())?;
-    Ok(Some((packed, rows)))
+    Ok(Some(SharedPrefixes {
+        input: Tensor::from_vec(packed.input, (packed.n_rows, packed.width), device)?,
+        positions: packed.positions,
+        allowed: packed.allowed,
+        trained_rows: Tensor::from_vec(rows, trained_rows.len(), device)?,
+    }))
 }
 
 /// Adds `grads` of the policy's parameters into `total`.
@@ -556,50 +604,43 @@ mod tests {
             with(&prompt, draw(3)),
             with(&prompt[..8], draw(6)),
         ];
-        let (b, l) = (sequences.len(), 20);
-        let mut input = vec![0u32; b * l];
-        let mut targets = vec![0u32; b * l];
-        let mut attention = vec![0u8; b * l];
-        let mut trained = Vec::new();
-        for (row, seq) in sequences.iter().enumerate() {
-            for t in 0..seq.len() - 1 {
-                input[row * l + t] = seq[t];
-                targets[row * l + t] = seq[t + 1];
-                attention[row * l + t] = 1;
-                if t >= 6 {
-                    trained.push((row * l + t) as u32);
-                }
-            }
-        }
-        let n_trained = trained.len();
+        // Positions 6 on are trained (their targets, tokens 7 on, are the policy's), so rows 0,
+        // 1 and 3 train positions inside their shared prompt.
+        let items: Vec<TrainItem> = sequences
+            .iter()
+            .map(|seq| TrainItem {
+                role: PolicyRole::Act,
+                tokens: seq.clone(),
+                labels: (0..seq.len())
+                    .map(|t| if t < 7 { Label::Prompt } else { Label::Act })
+                    .collect(),
+                advantage: 1.0,
+                start: 0,
+                pinned: 0,
+            })
+            .collect();
+        let refs: Vec<&TrainItem> = items.iter().collect();
         let dev = Device::Cpu;
-        let batch = PaddedBatch {
-            input: Tensor::from_vec(input, (b, l), &dev).unwrap(),
-            targets: Tensor::from_vec(targets, (b, l), &dev).unwrap(),
-            attention: Tensor::from_vec(attention, (b, l), &dev).unwrap(),
-            weight: Tensor::zeros((b, l), DType::F32, &dev).unwrap(),
-            advantage: Tensor::zeros((b, l), DType::F32, &dev).unwrap(),
-            n_trained,
-            trained_rows: Tensor::from_vec(trained, n_trained, &dev).unwrap(),
-        };
-        let (plan, _) = packed(&policy, &batch)
-            .unwrap()
-            .expect("the rows are packed");
+        let roles = [PolicyRole::Act];
+        let batch = pad_batch_packed(&refs, 64, &roles, &policy).unwrap();
+        let apart = pad_batch(&refs, 64, &roles, &dev).unwrap();
+        assert_eq!(apart.n_packed_rows(), None);
+        let n_rows = batch.n_packed_rows().expect("the rows are packed");
         assert!(
-            (2..=3).contains(&plan.n_rows),
-            "rows 0, 1 and 3 in one packed row (row 4 too if it pays), row 2 alone: {} rows",
-            plan.n_rows
+            (2..=3).contains(&n_rows),
+            "rows 0, 1 and 3 in one packed row (row 4 too if it pays), row 2 alone: {n_rows} rows"
         );
+        let n_trained = batch.n_trained;
+        assert_eq!(n_trained, apart.n_trained);
 
-        // Packed (what `token_logprobs` runs) against the rows apart, gathered alike.
+        // Packed against the rows apart (what `token_logprobs` runs for each batch), gathered
+        // alike.
         let rows = &batch.trained_rows;
         let gather = |t: Tensor| t.flatten_all().unwrap().index_select(rows, 0).unwrap();
         let (logp, entropy) = token_logprobs(&policy, &batch).unwrap();
         let (logp, entropy) = (gather(logp), gather(entropy));
-        let chosen = gather(batch.targets.clone());
-        let (logp_apart, entropy_apart) = policy
-            .train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &chosen)
-            .unwrap();
+        let (logp_apart, entropy_apart) = token_logprobs(&policy, &apart).unwrap();
+        let (logp_apart, entropy_apart) = (gather(logp_apart), gather(entropy_apart));
         let max_diff = |a: &Tensor, b: &Tensor| -> f32 {
             (a - b)
                 .unwrap()

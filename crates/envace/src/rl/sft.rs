@@ -35,7 +35,7 @@ use crate::tasks::{self, GenTask};
 
 use super::hooks::{Event, Flow, Hooks};
 use super::session::{Phase, Session, optimizer_weight_decay};
-use super::{AdamW, TrainItem, accumulate, learning_rate, pad_batch, token_logprobs};
+use super::{AdamW, TrainItem, accumulate, learning_rate, pad_batch_packed, token_logprobs};
 use crate::model::with_workers_awake;
 
 /// Runs the oracle through the engine on every task and returns the labelled samples.
@@ -585,7 +585,7 @@ pub fn train(
             let mut grads = None;
             let mut loss_by_role: BTreeMap<&'static str, (f64, f64)> = BTreeMap::new();
             for micro in batch_items.chunks(sft.micro_batch_size.max(1) as usize) {
-                let batch = pad_batch(micro, max_len, &roles, policy.device())?;
+                let batch = pad_batch_packed(micro, max_len, &roles, policy)?;
                 if batch.n_trained == 0 {
                     continue;
                 }

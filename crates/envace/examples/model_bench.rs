@@ -43,6 +43,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 options.n_decode_tokens = 16;
             }
             "--no-smollm2" => options.smollm2 = false,
+            "--train-batch" => {
+                options.train_batch = args_iter
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n: &usize| n > 0)
+                    .ok_or("--train-batch needs a whole number above 0")?;
+            }
             "--device" => {
                 device = match args_iter.next().map(String::as_str) {
                     Some("cpu") => None,

@@ -54,8 +54,11 @@ const TARGET_TRAIN_VS_PYTORCH: f64 = 1.3;
 const TARGET_Q4_1_VS_LLAMA_CPP: f64 = 1.3;
 const TARGET_BATCH16_VS_PROMPT_PASS: f64 = 0.85;
 
-/// Rounds of training, ours then PyTorch's, after the first run of each side.
-const TRAIN_ROUNDS: usize = 2;
+/// Rounds of training, ours then PyTorch's, after the first run of each side. Each round's
+/// two runs, a few seconds apart, also give a paired ratio: the host's slow and fast minutes
+/// move both, where the best-of-all-runs ratio can pair one side's lucky minute with the
+/// other's unlucky one.
+const TRAIN_ROUNDS: usize = 5;
 
 /// The kernels our side runs: what the CPU has, or AVX2 forced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,22 +149,27 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
     // shared host the same binary's rate moves by a fifth from one minute to the next, and a
     // single run of each side, minutes apart, measured the host as much as the two programs.
     let mut ours_train_runs = vec![train.clone()];
+    let mut paired = Vec::with_capacity(TRAIN_ROUNDS);
     for round in 1..=TRAIN_ROUNDS {
         eprintln!("xtask: training round {round} of {TRAIN_ROUNDS}: ours, then PyTorch");
-        ours_train_runs.push(run_json(
+        let ours_run = run_json(
             ours_command(&ours_bin, simd_env)
                 .args(["--only", "train"])
                 .env("RAYON_NUM_THREADS", n_threads.to_string()),
             &format!("{} --only train", ours_bin.display()),
-        )?);
-        torch_runs.push(peer_run(
+        )?;
+        let torch_run = peer_run(
             &venv,
             &torch_script,
             &torch_cfg,
             n_threads,
             simd.torch_env(),
-        )?);
+        )?;
+        paired.push(number(&ours_run, "tokens_per_sec")? / number(&torch_run, "tokens_per_sec")?);
+        ours_train_runs.push(ours_run);
+        torch_runs.push(torch_run);
     }
+    let paired_median = median(&paired).context("no training rounds")?;
     let torch = best_run(&torch_runs)?;
     let train = best_run(&ours_train_runs)?;
 
@@ -233,7 +241,10 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
                          next-token cross-entropy, AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, \
                          weight decay 0.01) step included, 1 warm-up step then n_steps timed; \
                          ours on n_threads, the peer on n_threads and on 1, then both on \
-                         n_threads in alternating rounds; each side's fastest run counts",
+                         n_threads in alternating rounds; each side's fastest run counts \
+                         for train_vs_pytorch, the median of the rounds' ratios (ours over \
+                         PyTorch's run right after it) for train_vs_pytorch_paired_median",
+                "paired_ratios": paired.iter().map(|r| (r * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
                 "config": model_cfg,
                 "ours_tokens_per_sec": ours_train,
                 "pytorch_tokens_per_sec": torch_train,
@@ -278,6 +289,8 @@ pub fn model(root: &Path, simd: Simd) -> Result<()> {
         },
         "ratios": {
             "train_vs_pytorch": ratio(ours_train, torch_train, TARGET_TRAIN_VS_PYTORCH),
+            "train_vs_pytorch_paired_median":
+                ratio(paired_median, 1.0, TARGET_TRAIN_VS_PYTORCH),
             "q4_1_decode_vs_llama_cpp": ratio(ours_q4, llama_q4, TARGET_Q4_1_VS_LLAMA_CPP),
             "batch16_decode_vs_prompt_pass_multiply_adds":
                 ratio(batched_macs, prompt_pass_macs, TARGET_BATCH16_VS_PROMPT_PASS),
@@ -676,6 +689,18 @@ pub(crate) fn ratio(ours: f64, peer: f64, target: f64) -> Value {
     })
 }
 
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
 /// `/proc/loadavg`'s 1, 5 and 15 minute load averages (empty where there is none).
 pub(crate) fn load_avg() -> Vec<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -686,4 +711,17 @@ pub(crate) fn load_avg() -> Vec<f64> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[1.3, 0.9, 1.1]), Some(1.1));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
 }

@@ -436,17 +436,14 @@ fn sft_step_secs(envace: &Path, store: &Path, name: &str) -> Result<f64> {
         ])
         .output()
         .with_context(|| format!("cannot start {}", envace.display()))?;
-    let mut secs: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+    let secs: Vec<f64> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .filter(|row| row.get("key").and_then(Value::as_str) == Some("perf/step_time_secs"))
         .filter_map(|row| row.get("value").and_then(Value::as_f64))
         .collect();
-    if secs.is_empty() {
-        bail!("run {name} has no perf/step_time_secs metrics");
-    }
-    secs.sort_by(f64::total_cmp);
-    Ok(secs[secs.len() / 2])
+    crate::bench::median(&secs)
+        .with_context(|| format!("run {name} has no perf/step_time_secs metrics"))
 }
 
 /// Mean and standard error (sample sd / √n) of values; NaN for none.

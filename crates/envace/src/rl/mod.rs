@@ -180,7 +180,8 @@ pub struct PaddedBatch {
 }
 
 /// The rows of a [`PaddedBatch`] laid out to run their shared first tokens once (`packing`):
-/// what `Policy::train_token_stats_laid_out` takes, on the host where it is built.
+/// what `Policy::train_token_stats_laid_out` takes, the ids and trained indices on the batch's
+/// device, the positions and the mask on the host (the model uploads them with each forward).
 #[derive(Debug)]
 struct SharedPrefixes {
     /// Packed token ids, `(n_rows, width)`.

@@ -360,7 +360,7 @@ pub fn bench_train(
         let sync = || policy.device().synchronize().map_err(candle(ctx));
         let t0 = Instant::now();
         // Cross-entropy as our training computes token log-probabilities.
-        let (logp, _) = policy.train_token_stats(&input, None, None, &labels)?;
+        let (logp, _) = policy.train_token_stats(&input, None, None, &labels, false)?;
         let loss = logp
             .mean_all()
             .and_then(|mean| mean.neg())

@@ -1165,20 +1165,30 @@ impl Policy {
     /// differentiable with respect to every parameter: what [`target_logprobs_and_entropy`]
     /// gives for the logits of [`Policy::forward_train_rows`], in one pass. On the CPU in f32
     /// the vocabulary head and the statistics are one graph node, so that no `(n, vocab)`
-    /// gradient is zero-filled and added to in the backward.
+    /// gradient is zero-filled and added to in the backward. `entropy_grad` says whether the
+    /// caller's loss differentiates the entropy: when it does not, that node's backward is
+    /// cheaper (see `cpu::train_ops::head_token_stats`); the gradients are the same either way.
     pub fn train_token_stats(
         &self,
         input_ids: &Tensor,
         attention_mask: Option<&Tensor>,
         rows: Option<&Tensor>,
         targets: &Tensor,
+        entropy_grad: bool,
     ) -> Result<(Tensor, Tensor)> {
         let context = format!("{:?} training token statistics", self.cfg.architecture);
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
         let mask = read_mask(attention_mask, b, l).map_err(|e| Error::candle(&context, e))?;
         let positions = train_positions(&mask, l);
-        self.token_stats(input_ids, positions, Visible::Causal(mask), rows, targets)
-            .map_err(|e| Error::candle(&context, e))
+        self.token_stats(
+            input_ids,
+            positions,
+            Visible::Causal(mask),
+            rows,
+            targets,
+            entropy_grad,
+        )
+        .map_err(|e| Error::candle(&context, e))
     }
 
     /// [`Policy::train_token_stats`] over rows the caller laid out: `positions` (`b × l`)
@@ -1194,6 +1204,7 @@ impl Policy {
         allowed: Vec<u8>,
         rows: &Tensor,
         targets: &Tensor,
+        entropy_grad: bool,
     ) -> Result<(Tensor, Tensor)> {
         let context = format!("{:?} training token statistics", self.cfg.architecture);
         let (b, l) = input_ids.dims2().map_err(|e| Error::candle(&context, e))?;
@@ -1226,6 +1237,7 @@ impl Policy {
             Visible::Given(allowed),
             Some(rows),
             targets,
+            entropy_grad,
         )
         .map_err(|e| Error::candle(&context, e))
     }
@@ -1238,11 +1250,12 @@ impl Policy {
         visible: Visible,
         rows: Option<&Tensor>,
         targets: &Tensor,
+        entropy_grad: bool,
     ) -> candle_core::Result<(Tensor, Tensor)> {
         let x = self.run(Mode::Train, input_ids, positions, visible, 0, None, rows)?;
         let x = x.reshape(((), self.cfg.hidden_size))?;
         if cpu::applies(&x) && cpu::applies(&self.lm_head) {
-            let stats = cpu::train_ops::head_token_stats(&x, &self.lm_head, targets)?;
+            let stats = cpu::train_ops::head_token_stats(&x, &self.lm_head, targets, entropy_grad)?;
             let column = |k: usize| stats.narrow(1, k, 1)?.squeeze(1)?.contiguous();
             return Ok((column(0)?, column(1)?));
         }

@@ -212,11 +212,11 @@ pub fn micro_batch_loss(
     rl: &RlConfig,
     total_tokens: usize,
 ) -> Result<(Tensor, Vec<RoleSums>)> {
-    let (logp, entropy) = token_logprobs(policy, batch)?;
+    let (logp, entropy) = token_logprobs(policy, batch, rl.entropy_coef != 0.0)?;
     let reference_logp = if rl.kl_type == KlType::None || rl.kl_coef == 0.0 {
         None
     } else {
-        Some(token_logprobs(reference, batch)?.0.detach())
+        Some(token_logprobs(reference, batch, false)?.0.detach())
     };
     let run = || -> candle_core::Result<(Tensor, Vec<RoleSums>)> {
         let old = logp.detach();

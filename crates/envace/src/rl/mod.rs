@@ -293,7 +293,13 @@ fn pad(
 /// at the positions the batch does not train (`weight` 0), whose logits are never computed:
 /// the vocabulary head and its softmax run over the trained tokens only. Rows that the batch
 /// was planned to run sharing their first tokens ([`pad_batch_packed`]) run that way.
-pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, Tensor)> {
+/// `entropy_grad`: whether the caller's loss differentiates the entropy (the backward is
+/// cheaper when it does not; see `Policy::train_token_stats`).
+pub fn token_logprobs(
+    policy: &Policy,
+    batch: &PaddedBatch,
+    entropy_grad: bool,
+) -> Result<(Tensor, Tensor)> {
     let fail = |e: candle_core::Error| Error::candle("token log-probabilities", e);
     let (b, l) = batch.input.dims2().map_err(fail)?;
     let zeros = || Tensor::zeros(b * l, DType::F32, policy.device());
@@ -315,10 +321,15 @@ pub fn token_logprobs(policy: &Policy, batch: &PaddedBatch) -> Result<(Tensor, T
             shared.allowed.clone(),
             &shared.trained_rows,
             &targets,
+            entropy_grad,
         )?,
-        None => {
-            policy.train_token_stats(&batch.input, Some(&batch.attention), Some(rows), &targets)?
-        }
+        None => policy.train_token_stats(
+            &batch.input,
+            Some(&batch.attention),
+            Some(rows),
+            &targets,
+            entropy_grad,
+        )?,
     };
     let spread = |values: Tensor| -> candle_core::Result<Tensor> {
         zeros()?.index_add(rows, &values, 0)?.reshape((b, l))
@@ -638,9 +649,9 @@ mod tests {
         // alike.
         let rows = &batch.trained_rows;
         let gather = |t: Tensor| t.flatten_all().unwrap().index_select(rows, 0).unwrap();
-        let (logp, entropy) = token_logprobs(&policy, &batch).unwrap();
+        let (logp, entropy) = token_logprobs(&policy, &batch, true).unwrap();
         let (logp, entropy) = (gather(logp), gather(entropy));
-        let (logp_apart, entropy_apart) = token_logprobs(&policy, &apart).unwrap();
+        let (logp_apart, entropy_apart) = token_logprobs(&policy, &apart, true).unwrap();
         let (logp_apart, entropy_apart) = (gather(logp_apart), gather(entropy_apart));
         let max_diff = |a: &Tensor, b: &Tensor| -> f32 {
             (a - b)

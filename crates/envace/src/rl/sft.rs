@@ -589,7 +589,7 @@ pub fn train(
                 if batch.n_trained == 0 {
                     continue;
                 }
-                let (logp, _) = token_logprobs(policy, &batch)?;
+                let (logp, _) = token_logprobs(policy, &batch, false)?;
                 let run = || -> candle_core::Result<(candle_core::Tensor, Vec<f32>, Vec<f32>)> {
                     let weighted = (&logp * &batch.weight)?;
                     let loss = (weighted.sum_all()?.neg()? / total.max(1) as f64)?;

@@ -687,7 +687,7 @@ fn stats_loss(
 ) -> Tensor {
     let targets = labels.flatten_all().unwrap().index_select(rows, 0).unwrap();
     let (logp, entropy) = policy
-        .train_token_stats(input, Some(mask), Some(rows), &targets)
+        .train_token_stats(input, Some(mask), Some(rows), &targets, true)
         .unwrap();
     let n = rows.dim(0).unwrap();
     let weights: Vec<f64> = (0..n).map(|i| 0.5 - i as f64 * 0.3).collect();

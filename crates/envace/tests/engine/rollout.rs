@@ -598,7 +598,7 @@ fn every_sampled_token_is_trained_on_the_context_it_was_generated_in() {
         let mut trained = BTreeMap::new();
         for item in &items {
             let batch = pad_batch(&[item], 200 + 64, &[PolicyRole::Act], &Device::Cpu).unwrap();
-            let (logp, _) = token_logprobs(&policy, &batch).unwrap();
+            let (logp, _) = token_logprobs(&policy, &batch, false).unwrap();
             let logp = logp.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
             let weight = batch.weight.squeeze(0).unwrap().to_vec1::<f32>().unwrap();
             let got: Vec<f32> = logp

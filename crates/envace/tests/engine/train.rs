@@ -122,7 +122,7 @@ fn trained_token_logprobs_and_gradients_match_the_full_head() {
         vec![],
     ] {
         let batch = pad_batch(&refs, 64, &roles, &Device::Cpu).unwrap();
-        let (logp, entropy) = token_logprobs(&policy, &batch).unwrap();
+        let (logp, entropy) = token_logprobs(&policy, &batch, true).unwrap();
         let logits = policy
             .forward_train(&batch.input, Some(&batch.attention))
             .unwrap();
@@ -210,7 +210,7 @@ fn the_policy_gradient_loss_reads_only_trained_tokens() {
 fn sft_loss(policy: &Policy, items: &[TrainItem]) -> f64 {
     let refs: Vec<&TrainItem> = items.iter().collect();
     let batch = pad_batch(&refs, 64, &PolicyRole::BOTH, &Device::Cpu).unwrap();
-    let (logp, _) = token_logprobs(policy, &batch).unwrap();
+    let (logp, _) = token_logprobs(policy, &batch, false).unwrap();
     let total = (logp * &batch.weight).unwrap().sum_all().unwrap();
     -f64::from(total.to_scalar::<f32>().unwrap()) / batch.n_trained as f64
 }
@@ -222,7 +222,7 @@ fn sft_steps_lower_the_loss_and_the_optimizer_state_round_trips() {
         for _ in 0..n {
             let refs: Vec<&TrainItem> = items.iter().collect();
             let batch = pad_batch(&refs, 64, &PolicyRole::BOTH, &Device::Cpu).unwrap();
-            let (logp, _) = token_logprobs(policy, &batch).unwrap();
+            let (logp, _) = token_logprobs(policy, &batch, false).unwrap();
             let loss = ((logp * &batch.weight)
                 .unwrap()
                 .sum_all()

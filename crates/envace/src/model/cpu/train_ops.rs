@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use std::sync::Mutex;
 
-use super::linear::{Operand, input_and_weight_grads, product};
+use super::linear::{Operand, input_and_weight_grads, product_by_rows};
 use super::quant::exp_shifted_f32;
 use super::{
     CHUNK, SIGMOID_BLOCK, cpu_f32s, f32s, for_rows, last_dim, min_rows, sigmoids, silu_mul_into,
@@ -140,14 +140,17 @@ fn stats_rows(z: &[f32], targets: &[u32], v: usize) -> Vec<f32> {
         .with_min_len(min_rows(v))
         .for_each_init(
             || vec![0f32; v],
-            |e, (r, o)| stats_row(&z[r * v..(r + 1) * v], targets[r] as usize, e, o),
+            |e, (r, o)| {
+                stats_row(&z[r * v..(r + 1) * v], targets[r] as usize, e, o);
+            },
         );
     out
 }
 
 /// One row of [`token_stats`]: `out` gets the target's log-probability, the entropy and the
-/// log-normaliser of the logits `zs`; `e` is scratch of the row's length.
-fn stats_row(zs: &[f32], target: usize, e: &mut [f32], out: &mut [f32]) {
+/// log-normaliser of the logits `zs`; `e` is left holding `e^(z − max)`, and their sum is
+/// returned.
+fn stats_row(zs: &[f32], target: usize, e: &mut [f32], out: &mut [f32]) -> f64 {
     let max = max_of(zs);
     // Σ e^(z−max) and Σ e^(z−max)·(z−max), in f64 for the entropy's cancellation; the
     // exponentials by the vector kernel (the profile's largest scalar cost).
@@ -159,6 +162,7 @@ fn stats_row(zs: &[f32], target: usize, e: &mut [f32], out: &mut [f32]) {
     // H = −Σ p log p = ln S − Σ e·d / S.
     out[1] = (log_sum - weighted / sum) as f32;
     out[2] = lse as f32;
+    sum
 }
 
 /// [`token_stats`]'s backward over the rows of `z` (`v` logits each), in place: each row of
@@ -199,7 +203,18 @@ fn logits_grads_in_place(
 /// for the tiny model's training benchmark, 2,048 rows of 4,096 logits, that is 34 MB written
 /// and then 100 MB read and written again every step. Here the logits turn into their gradient
 /// in place, and both products of the backward read it from there.
-pub(crate) fn head_token_stats(x: &Tensor, w: &Tensor, targets: &Tensor) -> Result<Tensor> {
+///
+/// `entropy_grad` says whether the caller differentiates the entropy. When it does not, the
+/// forward keeps the softmax of each row in place of its logits, and the backward scales it
+/// (the gradient of the log-probability and the log-normaliser is `p` times one number per row)
+/// instead of exponentiating the logits again. An entropy gradient that arrives anyway is still
+/// exact: the backward then computes the logits again.
+pub(crate) fn head_token_stats(
+    x: &Tensor,
+    w: &Tensor,
+    targets: &Tensor,
+    entropy_grad: bool,
+) -> Result<Tensor> {
     let (n, h) = x.dims2()?;
     let (_, h_w) = w.dims2()?;
     if h_w != h {
@@ -221,19 +236,48 @@ pub(crate) fn head_token_stats(x: &Tensor, w: &Tensor, targets: &Tensor) -> Resu
         &w.contiguous()?,
         &targets.contiguous()?,
         HeadStats {
-            logits: Mutex::new(None),
+            kept: Mutex::new(None),
+            entropy_grad,
         },
     )
 }
 
 struct HeadStats {
-    /// The forward's logits, which the backward turns into their gradient.
-    logits: Mutex<Option<Vec<f32>>>,
+    /// What the forward kept of its `(n, v)` logits, which the backward turns into their
+    /// gradient.
+    kept: Mutex<Option<KeptRows>>,
+    /// Whether the entropy is differentiated (else the forward keeps probabilities).
+    entropy_grad: bool,
+}
+
+/// The head's rows as [`HeadStats`]' forward left them.
+enum KeptRows {
+    Logits(Vec<f32>),
+    Probabilities(Vec<f32>),
+}
+
+/// [`stats_rows`], each row of logits then replaced by its softmax.
+fn stats_rows_to_probabilities(z: &mut [f32], targets: &[u32], v: usize) -> Vec<f32> {
+    let mut out = vec![0f32; targets.len() * 3];
+    out.par_chunks_mut(3)
+        .zip(z.par_chunks_mut(v.max(1)))
+        .enumerate()
+        .with_min_len(min_rows(v))
+        .for_each_init(
+            || vec![0f32; v],
+            |e, (r, (o, row))| {
+                let inv_sum = (1.0 / stats_row(row, targets[r] as usize, e, o)) as f32;
+                for (zi, &ei) in row.iter_mut().zip(e.iter()) {
+                    *zi = ei * inv_sum;
+                }
+            },
+        );
+    out
 }
 
 /// The logits `x · wᵀ` of `x: (n, h)` and `w: (v, h)`.
 fn head_logits(x: &[f32], w: &[f32], (n, v, h): (usize, usize, usize)) -> Vec<f32> {
-    product(
+    product_by_rows(
         (n, v, h),
         Operand {
             data: x,
@@ -265,9 +309,14 @@ impl CustomOp3 for HeadStats {
         let (x, w) = (f32s(s1, l1, self.name())?, f32s(s2, l2, self.name())?);
         let ((n, h), (v, _)) = (l1.shape().dims2()?, l2.shape().dims2()?);
         let targets = target_ids(s3, l3, v)?;
-        let z = head_logits(x, w, (n, v, h));
-        let out = stats_rows(&z, targets, v);
-        *self.logits.lock().map_err(|_| poisoned(self.name()))? = Some(z);
+        let mut z = head_logits(x, w, (n, v, h));
+        let (out, kept) = if self.entropy_grad {
+            (stats_rows(&z, targets, v), KeptRows::Logits(z))
+        } else {
+            let out = stats_rows_to_probabilities(&mut z, targets, v);
+            (out, KeptRows::Probabilities(z))
+        };
+        *self.kept.lock().map_err(|_| poisoned(self.name()))? = Some(kept);
         Ok((CpuStorage::F32(out), Shape::from((n, 3))))
     }
 
@@ -292,15 +341,27 @@ impl CustomOp3 for HeadStats {
         if stats.len() != n * 3 || grads.len() != n * 3 || targets.len() != n {
             bail!("{WHAT}: the statistics, their gradient or the targets do not have {n} rows")
         }
-        // The forward's logits, or the same product again for a second backward; either way
-        // turned into their gradient in place.
-        let kept = self.logits.lock().map_err(|_| poisoned(WHAT))?.take();
-        let mut dz = match kept {
-            Some(z) if z.len() == n * v => z,
-            _ => head_logits(xs, ws, (n, v, h)),
-        };
+        // The forward's probabilities or logits, or the logits again (for a second backward, or
+        // an entropy gradient the probabilities cannot give); either way turned into their
+        // gradient in place.
         let row3 = |values: &[f32], r: usize| std::array::from_fn(|i| values[r * 3 + i]);
-        logits_grads_in_place(&mut dz, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
+        let no_entropy_grad = (0..n).all(|r| grads[r * 3 + 1] == 0.0);
+        let kept = self.kept.lock().map_err(|_| poisoned(WHAT))?.take();
+        let dz = match kept {
+            Some(KeptRows::Probabilities(mut p)) if p.len() == n * v && no_entropy_grad => {
+                probability_grads_in_place(&mut p, v, &targets, |r| row3(&grads, r));
+                p
+            }
+            Some(KeptRows::Logits(mut z)) if z.len() == n * v => {
+                logits_grads_in_place(&mut z, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
+                z
+            }
+            _ => {
+                let mut z = head_logits(xs, ws, (n, v, h));
+                logits_grads_in_place(&mut z, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
+                z
+            }
+        };
         // dx = dz · w and dw = dzᵀ · x.
         let (d_x, d_w) = input_and_weight_grads(&dz, xs, ws, (n, v, h));
         Ok((
@@ -309,6 +370,27 @@ impl CustomOp3 for HeadStats {
             None,
         ))
     }
+}
+
+/// [`logits_grads_in_place`] for rows holding their softmax `p` rather than their logits, when
+/// the entropy's gradient is zero: `d/dz_j = p_j (g_lse − g_logp)`, plus `g_logp` at the target.
+fn probability_grads_in_place(
+    p: &mut [f32],
+    v: usize,
+    targets: &[u32],
+    row_grads: impl Fn(usize) -> [f32; 3] + Sync,
+) {
+    p.par_chunks_mut(v.max(1))
+        .enumerate()
+        .with_min_len(min_rows(v))
+        .for_each(|(r, row)| {
+            let [g_logp, _, g_lse] = row_grads(r);
+            let scale = g_lse - g_logp;
+            for pi in row.iter_mut() {
+                *pi *= scale;
+            }
+            row[targets[r] as usize] += g_logp;
+        });
 }
 
 fn poisoned(what: &str) -> candle_core::Error {
@@ -1097,31 +1179,77 @@ mod tests {
     #[test]
     fn the_fused_head_matches_the_head_then_token_stats_forward_and_backward() {
         // More rows and a wider vocabulary than one gemm block, and a second backward (which
-        // computes the logits again instead of reusing the forward's buffer).
+        // computes the logits again instead of reusing the forward's buffer). Kept as logits
+        // (`entropy_grad`) or as probabilities, whose backward computes the logits again for
+        // the entropy's gradient that `check`'s loss asks of every output.
         for (n, h, v) in [(5, 8, 41), (70, 24, 300)] {
-            let targets: Vec<u32> = (0..n as u32).map(|r| (r * 13 + 5) % v as u32).collect();
-            let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
-            let inputs = [var(&[n, h], 31), var(&[v, h], 32)];
-            check(
-                &inputs,
-                |t| head_token_stats(&t[0], &t[1], &targets).unwrap(),
-                |t| {
-                    let logits = t[0].matmul(&t[1].t().unwrap()).unwrap();
-                    token_stats(&logits, &targets).unwrap()
-                },
-                1e-3,
-            );
-            let stats =
-                head_token_stats(inputs[0].as_tensor(), inputs[1].as_tensor(), &targets).unwrap();
-            let loss = stats.sum_all().unwrap();
-            let (first, second) = (loss.backward().unwrap(), loss.backward().unwrap());
-            for input in &inputs {
-                let diff = max_abs_diff(
-                    first.get(input.as_tensor()).unwrap(),
-                    second.get(input.as_tensor()).unwrap(),
+            for entropy_grad in [true, false] {
+                let targets: Vec<u32> = (0..n as u32).map(|r| (r * 13 + 5) % v as u32).collect();
+                let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+                let inputs = [var(&[n, h], 31), var(&[v, h], 32)];
+                check(
+                    &inputs,
+                    |t| head_token_stats(&t[0], &t[1], &targets, entropy_grad).unwrap(),
+                    |t| {
+                        let logits = t[0].matmul(&t[1].t().unwrap()).unwrap();
+                        token_stats(&logits, &targets).unwrap()
+                    },
+                    1e-3,
                 );
-                assert!(diff < 1e-5, "a second backward differs by {diff}");
+                let (x, w) = (inputs[0].as_tensor(), inputs[1].as_tensor());
+                let stats = head_token_stats(x, w, &targets, entropy_grad).unwrap();
+                let loss = stats.sum_all().unwrap();
+                let (first, second) = (loss.backward().unwrap(), loss.backward().unwrap());
+                for input in &inputs {
+                    let diff = max_abs_diff(
+                        first.get(input.as_tensor()).unwrap(),
+                        second.get(input.as_tensor()).unwrap(),
+                    );
+                    assert!(diff < 1e-5, "a second backward differs by {diff}");
+                }
             }
+        }
+    }
+
+    #[test]
+    fn kept_probabilities_give_the_gradients_of_kept_logits_when_the_entropy_is_not_used() {
+        // A loss of the log-probabilities and log-normalisers only: the backward scales the
+        // kept probabilities instead of exponentiating the logits again.
+        let (n, h, v) = (70, 24, 300);
+        let targets: Vec<u32> = (0..n as u32).map(|r| (r * 7 + 2) % v as u32).collect();
+        let targets = Tensor::from_vec(targets, n, &Device::Cpu).unwrap();
+        let inputs = [var(&[n, h], 41), var(&[v, h], 42)];
+        let (x, w) = (inputs[0].as_tensor(), inputs[1].as_tensor());
+        let weights: Vec<f32> = (0..n).map(|r| 0.3 - r as f32 * 0.02).collect();
+        let weights = Tensor::from_vec(weights, n, &Device::Cpu).unwrap();
+        let grads = |entropy_grad: bool| {
+            let stats = head_token_stats(x, w, &targets, entropy_grad).unwrap();
+            let column = |k: usize| stats.narrow(1, k, 1).unwrap().squeeze(1).unwrap();
+            let loss = ((column(0) * &weights).unwrap() - (column(2) * 0.5).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            (stats.to_vec2::<f32>().unwrap(), loss.backward().unwrap())
+        };
+        let ((stats_logits, logits), (stats_probs, probs)) = (grads(true), grads(false));
+        assert_eq!(stats_logits, stats_probs, "the forward's statistics");
+        for input in &inputs {
+            let (a, b) = (
+                logits.get(input.as_tensor()).unwrap(),
+                probs.get(input.as_tensor()).unwrap(),
+            );
+            let scale = a
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let diff = max_abs_diff(a, b);
+            assert!(
+                scale > 1e-3 && diff < 1e-5 * scale.max(1.0),
+                "{diff} of {scale}"
+            );
         }
     }
 
@@ -1134,12 +1262,13 @@ mod tests {
             &x,
             &Tensor::zeros((5, 3), DType::F32, &device).unwrap(),
             &targets,
+            true,
         )
         .unwrap_err()
         .to_string();
         assert!(err.contains("[2, 4]") && err.contains("[5, 3]"), "{err}");
         let w = Tensor::zeros((5, 4), DType::F32, &device).unwrap();
-        let err = head_token_stats(&x, &w, &Tensor::new(&[1u32, 5], &device).unwrap())
+        let err = head_token_stats(&x, &w, &Tensor::new(&[1u32, 5], &device).unwrap(), true)
             .unwrap_err()
             .to_string();
         assert!(

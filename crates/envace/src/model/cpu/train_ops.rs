@@ -352,12 +352,11 @@ impl CustomOp3 for HeadStats {
                 probability_grads_in_place(&mut p, v, &targets, |r| row3(&grads, r));
                 p
             }
-            Some(KeptRows::Logits(mut z)) if z.len() == n * v => {
-                logits_grads_in_place(&mut z, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
-                z
-            }
-            _ => {
-                let mut z = head_logits(xs, ws, (n, v, h));
+            kept => {
+                let mut z = match kept {
+                    Some(KeptRows::Logits(z)) if z.len() == n * v => z,
+                    _ => head_logits(xs, ws, (n, v, h)),
+                };
                 logits_grads_in_place(&mut z, v, &targets, |r| (row3(&grads, r), row3(&stats, r)));
                 z
             }
